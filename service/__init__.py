@@ -1,0 +1,1 @@
+"""The API process and what it shares with the workers."""

@@ -1,0 +1,221 @@
+"""The `ckl` command line. Heavy imports happen inside each command so `ckl --help` is instant."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+def settings_from(args: argparse.Namespace, **extra: Any):
+    from service.settings import Settings
+
+    overrides = {k: v for k, v in {"data_dir": getattr(args, "data_dir", None), "host": getattr(args, "host", None),
+                                   "port": getattr(args, "port", None), "model": getattr(args, "model", None),
+                                   "redis_url": getattr(args, "redis_url", None), **extra}.items() if v is not None}
+    return Settings(**overrides)
+
+
+def cmd_serve(args: argparse.Namespace) -> None:
+    import logging
+
+    import uvicorn
+
+    from service.app import create_app
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    settings = settings_from(args)
+    run_job = None
+    if not settings.redis_url:
+        from workers.job import embedded_runner
+
+        run_job = embedded_runner(settings)
+    mode = f"RQ on {settings.redis_url}" if settings.redis_url else "embedded worker (no Redis)"
+    print(f"ckl-serve on http://{settings.host}:{settings.port}  data: {settings.data_dir}  model: {settings.model}  "
+          f"learning: {mode}", flush=True)
+    uvicorn.run(create_app(settings, run_job), host=settings.host, port=settings.port, log_level="warning")
+
+
+def cmd_worker(args: argparse.Namespace) -> None:
+    import logging
+
+    from workers.job import run_worker
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    settings = settings_from(args)
+    if not settings.redis_url:
+        sys.exit("ckl worker needs Redis: set CKL_REDIS_URL or pass --redis-url")
+    print(f"ckl worker: loading the model, then taking jobs from {settings.redis_url}", flush=True)
+    run_worker(settings, burst=args.burst)
+
+
+def cmd_generate(args: argparse.Namespace) -> None:
+    body = {"prompt": args.prompt, "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
+            "top_p": args.top_p, "seed": args.seed}
+    if args.url:
+        import httpx
+
+        response = httpx.post(f"{args.url}/generate", json=body, timeout=600)
+        result = response.json()
+        if response.status_code != 200:
+            sys.exit(json.dumps(result, indent=2))
+    else:
+        from service.knowledge.adapter import lora_config
+        from service.model.generation import SamplingParams, generate
+        from service.model.loader import load_model
+        from service.model.serving import ServingModel
+
+        settings = settings_from(args)
+        print("loading the model...", file=sys.stderr, flush=True)
+        loaded = load_model(settings, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+        serving = ServingModel(loaded, lora_config(settings.lora_rank, settings.lora_alpha))
+        ids = loaded.tokenizer(args.prompt)["input_ids"]
+        result = vars(generate(serving, ids, SamplingParams(args.max_new_tokens, args.temperature, args.top_p, (),
+                                                            args.seed)))
+    print(args.prompt + result["text"])
+    print(json.dumps({k: v for k, v in result.items() if k != "text"}), file=sys.stderr)
+
+
+def cmd_teach(args: argparse.Namespace) -> None:
+    import httpx
+
+    text = Path(args.text).read_text() if Path(args.text).is_file() else args.text
+    probes = []
+    for spec in args.probe:
+        if "=>" not in spec:
+            sys.exit(f"--probe needs the form 'prompt=>answer', got {spec!r}")
+        prompt, answer = spec.split("=>", 1)
+        probes.append({"prompt": prompt.strip(), "answer": answer.strip()})
+    response = httpx.post(f"{args.url}/documents", json={"text": text, "probes": probes, "method": args.method},
+                          timeout=60)
+    accepted = response.json()
+    if response.status_code != 202:
+        sys.exit(json.dumps(accepted, indent=2))
+    print(f"accepted document {accepted['document_id']}", flush=True)
+    if not args.wait:
+        return
+    record = wait_for_document(args.url, accepted["document_id"], show=True)
+    print(json.dumps({k: record.get(k) for k in ("status", "version", "gate", "scores", "timings")}, indent=2))
+
+
+def wait_for_document(url: str, document_id: str, show: bool = False, timeout_s: float = 3600) -> dict[str, Any]:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        record = httpx.get(f"{url}/documents/{document_id}", timeout=30).json()
+        line = f"{record['status']} step {record['progress']['step']}/{record['progress']['steps']}"
+        if show and line != last:
+            print(line, flush=True)
+            last = line
+        if record["status"] in ("committed", "rejected", "failed"):
+            return record
+        time.sleep(0.5)
+    raise TimeoutError(f"document {document_id} did not finish in {timeout_s} s")
+
+
+def cmd_status(args: argparse.Namespace) -> None:
+    import httpx
+
+    report = httpx.get(f"{args.url}/health/forgetting", timeout=30).json()
+    docs = httpx.get(f"{args.url}/documents", params={"limit": 500}, timeout=30).json()
+    counts: dict[str, int] = {}
+    for item in docs["items"]:
+        counts[item["status"]] = counts.get(item["status"], 0) + 1
+    print(json.dumps({"current_version": report["current_version"], "not_to_forget": report["not_to_forget"],
+                      "learned": report["learned"], "documents": counts}, indent=2))
+
+
+def cmd_calibrate(args: argparse.Namespace) -> None:
+    from service.knowledge.probes import ProbeSuites, read_probe_file, shipped_pool
+    from service.knowledge.scoring import score_probes
+    from service.model.loader import load_model
+
+    settings = settings_from(args)
+    loaded = load_model(settings, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    pool = read_probe_file(Path(args.from_file)) if args.from_file else shipped_pool()
+    if args.limit:
+        pool = pool[: args.limit]
+    suite = ProbeSuites(settings.data_dir / "probes").calibrate(
+        settings.model, pool, lambda probes: score_probes(loaded.model, loaded.tokenizer, probes))
+    print(f"NF suite: kept {len(suite['probes'])} of {len(pool)} probes the base model answers "
+          f"({settings.data_dir / 'probes' / 'nf_suite.json'})")
+
+
+def cmd_bench(args: argparse.Namespace) -> None:
+    from bench import generate as bench_generate
+    from bench import teach as bench_teach
+
+    {"generate": bench_generate.main, "teach": bench_teach.main}[args.bench](args.rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ckl", description="ckl-serve: a language-model server that keeps learning.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def local(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--data-dir", type=Path, help="data folder (default ./data or CKL_DATA_DIR)")
+        p.add_argument("--model", help="'default' (packaged Gemma 3 270M), a local path or a hub id")
+
+    p = sub.add_parser("serve", help="run the HTTP server")
+    local(p)
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.add_argument("--redis-url", help="use RQ on Redis (then run `ckl worker`); default: embedded worker")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("worker", help="run an RQ worker that keeps the model loaded")
+    local(p)
+    p.add_argument("--redis-url")
+    p.add_argument("--burst", action="store_true", help="exit when the queue is empty")
+    p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("generate", help="complete a prompt (against --url, or in-process)")
+    local(p)
+    p.add_argument("prompt")
+    p.add_argument("--url", help="a running server, e.g. " + DEFAULT_URL)
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int)
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("teach", help="post a document (a file or text) and optionally wait for the result")
+    p.add_argument("text")
+    p.add_argument("--probe", action="append", default=[], help="'prompt=>answer' (repeatable)")
+    p.add_argument("--method", default="adapter")
+    p.add_argument("--wait", action="store_true")
+    p.add_argument("--url", default=DEFAULT_URL)
+    p.set_defaults(func=cmd_teach)
+
+    p = sub.add_parser("status", help="current version, retention and document counts")
+    p.add_argument("--url", default=DEFAULT_URL)
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("probes", help="probe suites")
+    probes_sub = p.add_subparsers(dest="probes_command", required=True)
+    c = probes_sub.add_parser("calibrate", help="score a pool on the base model and keep what it answers as the NF suite")
+    local(c)
+    c.add_argument("--from", dest="from_file", help="TSV, JSONL {prompt, answer} or LAMA-ckl rows (default: shipped pool)")
+    c.add_argument("--limit", type=int)
+    c.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser("bench", help="benchmarks that print numbers")
+    p.add_argument("bench", choices=["generate", "teach"])
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Knowledge state: adapters, the version store, probes and their scoring."""

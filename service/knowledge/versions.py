@@ -1,0 +1,120 @@
+"""The version store: each committed update is a folder `versions/N/` and one pointer says which is served.
+
+A commit writes the delta and its manifest into a temporary folder, renames it to `N/`, and only then
+moves the `CURRENT` pointer (an atomic file replace). A crash at any point leaves the old pointer, so
+the last committed version is what a restarted server serves. Commits run under a cross-process lock
+and name the parent they were trained from: a commit whose parent is no longer current is refused.
+"""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from filelock import FileLock
+from safetensors.torch import load_file, save_file
+
+from service.fileio import fsync_dir, read_json, write_bytes_atomic, write_json_atomic
+
+DELTA_FILE = "adapter.safetensors"
+MANIFEST_FILE = "manifest.json"
+
+
+class ParentMoved(Exception):
+    """The current version changed while a candidate was being trained from the old one."""
+
+
+class UnknownVersion(Exception):
+    pass
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class VersionStore:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._pointer = root / "CURRENT"
+        self._events = root / "events.json"
+        self.lock = FileLock(str(root / ".lock"))
+
+    def current(self) -> int:
+        try:
+            return int(self._pointer.read_text().strip())
+        except FileNotFoundError:
+            return 0
+
+    def exists(self, version: int) -> bool:
+        return version == 0 or (self.root / str(version) / MANIFEST_FILE).exists()
+
+    def manifest(self, version: int) -> dict[str, Any]:
+        if version == 0:
+            return {"version": 0, "parent": None, "documents": [], "probes": [], "method": "base", "metrics": {}}
+        data = read_json(self.root / str(version) / MANIFEST_FILE)
+        if data is None:
+            raise UnknownVersion(f"version {version} does not exist")
+        return data
+
+    def versions(self) -> list[int]:
+        found = [int(p.name) for p in self.root.iterdir() if p.name.isdigit() and (p / MANIFEST_FILE).exists()]
+        return [0, *sorted(found)]
+
+    def lineage(self, version: int) -> list[dict[str, Any]]:
+        """Manifests from version 1 up to `version` along parent links (the knowledge it contains)."""
+        chain = []
+        while version:
+            manifest = self.manifest(version)
+            chain.append(manifest)
+            version = manifest["parent"]
+        return chain[::-1]
+
+    def load_delta(self, version: int) -> dict[str, torch.Tensor]:
+        manifest = self.manifest(version)
+        path = self.root / str(version) / DELTA_FILE
+        if sha256_file(path) != manifest["delta_sha256"]:
+            raise ValueError(f"version {version}: delta file does not match its manifest hash")
+        return load_file(str(path))
+
+    def commit(self, parent: int, delta: dict[str, torch.Tensor], manifest: dict[str, Any]) -> int:
+        with self.lock:
+            if self.current() != parent:
+                raise ParentMoved(f"trained from version {parent}, but version {self.current()} is now current")
+            version = self.versions()[-1] + 1
+            tmp = self.root / f".tmp-{version}"
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            tmp.mkdir()
+            save_file({k: v.contiguous() for k, v in delta.items()}, str(tmp / DELTA_FILE))
+            full = {**manifest, "version": version, "parent": parent, "created_at": time.time(),
+                    "delta_sha256": sha256_file(tmp / DELTA_FILE),
+                    "delta_bytes": (tmp / DELTA_FILE).stat().st_size}
+            write_json_atomic(tmp / MANIFEST_FILE, full)
+            tmp.rename(self.root / str(version))
+            fsync_dir(self.root)
+            self._move_pointer(version, "commit")
+            return version
+
+    def activate(self, version: int) -> None:
+        with self.lock:
+            if not self.exists(version):
+                raise UnknownVersion(f"version {version} does not exist")
+            self._move_pointer(version, "activate")
+
+    def events(self) -> list[dict[str, Any]]:
+        return read_json(self._events, [])
+
+    def _move_pointer(self, version: int, why: str) -> None:
+        previous = self.current()
+        write_bytes_atomic(self._pointer, f"{version}\n".encode())
+        events = self.events()
+        events.append({"version": version, "from": previous, "event": why, "at": time.time()})
+        write_json_atomic(self._events, events[-200:])

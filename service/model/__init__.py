@@ -1,0 +1,1 @@
+"""Loading the base model and generating from it."""

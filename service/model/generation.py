@@ -1,0 +1,97 @@
+"""Token-by-token generation on the served model, with sampling, stop strings and a pinned version."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from service.model.serving import ServingModel
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+
+@dataclass
+class Generation:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str  # "stop" (end of sequence or a stop string) or "length"
+    knowledge_version: int
+    timing: dict[str, float] = field(default_factory=dict)
+
+
+def sample_token(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> int:
+    """Greedy at temperature 0, else nucleus sampling over the softmax of logits / temperature."""
+    if temperature == 0.0:
+        return int(torch.argmax(logits))
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_probs, order = torch.sort(probs, descending=True)
+        # Keep the smallest prefix whose mass reaches top_p (the first token is always kept).
+        outside = torch.cumsum(sorted_probs, dim=-1) - sorted_probs >= top_p
+        sorted_probs[outside] = 0.0
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def cut_at_stop(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:
+    """Text up to the earliest stop string, and whether one was found."""
+    cuts = [i for i in (text.find(s) for s in stop if s) if i >= 0]
+    return (text[: min(cuts)], True) if cuts else (text, False)
+
+
+def eos_ids(serving: ServingModel) -> set[int]:
+    ids = {serving.tokenizer.eos_token_id}
+    configured = serving.peft.get_base_model().generation_config.eos_token_id
+    ids.update(configured if isinstance(configured, list) else [configured])
+    return {i for i in ids if i is not None}
+
+
+def generate(serving: ServingModel, prompt_ids: list[int], params: SamplingParams) -> Generation:
+    started = time.perf_counter()
+    generator = None
+    if params.seed is not None:
+        generator = torch.Generator().manual_seed(params.seed)
+    stops = eos_ids(serving)
+    completion: list[int] = []
+    text, finish_reason = "", "length"
+    with serving.pinned() as version:
+        step_input = torch.tensor([prompt_ids], device=serving.device)
+        cache = None
+        first_token_s = 0.0
+        for _ in range(params.max_new_tokens):
+            out = serving.run(
+                version,
+                lambda m: m(input_ids=step_input, cache=cache, use_cache=True, logits_to_keep=1),
+            )
+            cache = out.cache
+            token = sample_token(out.logits[0, -1].float().cpu(), params.temperature, params.top_p, generator)
+            if not first_token_s:
+                first_token_s = time.perf_counter() - started
+            if token in stops:
+                finish_reason = "stop"
+                break
+            completion.append(token)
+            text, stopped = cut_at_stop(serving.tokenizer.decode(completion, skip_special_tokens=True), params.stop)
+            if stopped:
+                finish_reason = "stop"
+                break
+            step_input = torch.tensor([[token]], device=serving.device)
+    total = time.perf_counter() - started
+    return Generation(
+        text=text,
+        prompt_tokens=len(prompt_ids),
+        completion_tokens=len(completion),
+        finish_reason=finish_reason,
+        knowledge_version=version,
+        timing={"first_token_s": round(first_token_s, 4), "total_s": round(total, 4),
+                "tokens_per_s": round(len(completion) / total, 2) if total > 0 else 0.0},
+    )

@@ -1,0 +1,82 @@
+"""The job queue: one small interface, two implementations.
+
+- `RQQueue`: jobs go to Redis; a separate `ckl worker` process runs them.
+- `InProcessQueue`: the embedded default; the same job function runs in a thread of the API process.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Protocol
+
+log = logging.getLogger(__name__)
+
+JOB_FUNCTION = "workers.job.learn_document"
+VERSION_CHANNEL = "ckl:versions"
+
+
+class JobQueue(Protocol):
+    def enqueue(self, document_id: str, attempt: int) -> str: ...
+
+    def close(self) -> None: ...
+
+
+def job_id_for(document_id: str, attempt: int) -> str:
+    return f"doc-{document_id}-{attempt}"
+
+
+class InProcessQueue:
+    """Runs `run(document_id)` for each queued id, one at a time, in a daemon thread."""
+
+    def __init__(self, run: Callable[[str], None]) -> None:
+        self._run = run
+        self._items: queue.Queue[str | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="ckl-embedded-worker", daemon=True)
+        self._thread.start()
+
+    def enqueue(self, document_id: str, attempt: int) -> str:
+        self._items.put(document_id)
+        return job_id_for(document_id, attempt)
+
+    def _loop(self) -> None:
+        while (document_id := self._items.get()) is not None:
+            try:
+                self._run(document_id)
+            except Exception:  # the job records its own failure; the loop must survive it
+                log.exception("embedded job for document %s failed", document_id)
+
+    def close(self) -> None:
+        self._items.put(None)
+
+
+class RQQueue:
+    def __init__(self, redis_url: str, name: str, timeout_s: int, retries: int) -> None:
+        from redis import Redis
+        from rq import Queue
+
+        self.redis = Redis.from_url(redis_url)
+        self.rq_queue = Queue(name, connection=self.redis)
+        self._timeout_s = timeout_s
+        self._retries = retries
+
+    def enqueue(self, document_id: str, attempt: int) -> str:
+        from rq import Retry
+
+        job = self.rq_queue.enqueue_call(
+            JOB_FUNCTION,
+            args=(document_id,),
+            job_id=job_id_for(document_id, attempt),
+            timeout=self._timeout_s,
+            retry=Retry(max=self._retries, interval=5) if self._retries else None,
+            result_ttl=86400,
+            failure_ttl=7 * 86400,
+        )
+        return job.id
+
+    def has_job(self, job_id: str) -> bool:
+        return job_id in self.rq_queue.get_job_ids()
+
+    def close(self) -> None:
+        self.redis.close()

@@ -1,0 +1,110 @@
+"""What the API process holds while it runs: the served model, the stores, the queue, the watcher."""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from service.documents import DocumentStore
+from service.knowledge import adapter
+from service.knowledge.probes import ProbeSuites
+from service.knowledge.scoring import Probe, score_probes
+from service.knowledge.versions import VersionStore
+from service.model.loader import load_model
+from service.model.serving import ServingModel
+from service.queue import VERSION_CHANNEL, InProcessQueue, JobQueue, RQQueue
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    documents: DocumentStore
+    versions: VersionStore
+    suites: ProbeSuites
+    queue: JobQueue | None = None
+    serving: ServingModel | None = None
+    error: str | None = None
+    _wake: threading.Event = field(default_factory=threading.Event)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    @classmethod
+    def create(cls, settings: Settings) -> Runtime:
+        root = settings.data_dir
+        return cls(settings, DocumentStore(root), VersionStore(root / "versions"), ProbeSuites(root / "probes"))
+
+    @property
+    def ready(self) -> bool:
+        return self.serving is not None
+
+    def score(self, version: int, probes: list[Probe]) -> list[float]:
+        assert self.serving is not None
+        serving = self.serving
+        return serving.run(version, lambda m: score_probes(m, serving.tokenizer, probes))
+
+    def start(self, run_job: Callable[[str], None] | None) -> None:
+        """Load the model and start the queue and the version watcher (runs in a background thread)."""
+        try:
+            s = self.settings
+            loaded = load_model(s, progress=lambda msg: log.warning(msg))
+            serving = ServingModel(loaded, adapter.lora_config(s.lora_rank, s.lora_alpha))
+            self.suites.ensure_nf_suite(
+                s.model, lambda probes: serving.run(0, lambda m: score_probes(m, serving.tokenizer, probes)))
+            self._install(self.versions.current(), serving)
+            if s.redis_url:
+                rq = RQQueue(s.redis_url, s.queue_name, s.job_timeout_s, s.job_retries)
+                self.queue = rq
+                threading.Thread(target=self._listen_redis, args=(rq,), daemon=True).start()
+            else:
+                assert run_job is not None, "embedded mode needs a job function"
+                self.queue = InProcessQueue(lambda doc_id: (run_job(doc_id), self._wake.set()))
+                for record in self.documents.pending():  # the embedded worker died with the last server
+                    self.queue.enqueue(record["document_id"], record["attempts"])
+            threading.Thread(target=self._watch, daemon=True, name="ckl-version-watcher").start()
+            self.serving = serving
+        except Exception as exc:  # shown by /ready instead of a silent dead server
+            log.exception("start-up failed")
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def _install(self, version: int, serving: ServingModel) -> None:
+        if version == 0:
+            serving.install(0, None, None)
+            return
+        manifest = self.versions.manifest(version)
+        serving.install(version, self.versions.load_delta(version), adapter.config_from_dict(manifest["lora"]))
+        log.warning("serving knowledge version %d", version)
+
+    def _watch(self) -> None:
+        """Swap in the current version whenever it changes: woken by an event, or by polling."""
+        while not self._stop.is_set():
+            self._wake.wait(self.settings.version_poll_s)
+            self._wake.clear()
+            version = self.versions.current()
+            if self.serving is not None and version != self.serving.current:
+                try:
+                    self._install(version, self.serving)
+                except Exception:
+                    log.exception("could not swap in version %d", version)
+
+    def _listen_redis(self, rq: RQQueue) -> None:
+        while not self._stop.is_set():
+            try:
+                pubsub = rq.redis.pubsub(ignore_subscribe_messages=True)
+                pubsub.subscribe(VERSION_CHANNEL)
+                while not self._stop.is_set():
+                    if pubsub.get_message(timeout=1.0):
+                        self._wake.set()
+            except Exception:  # Redis went away: the watcher's polling still picks versions up
+                self._stop.wait(self.settings.version_poll_s)
+
+    def notify(self) -> None:
+        self._wake.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self.queue is not None:
+            self.queue.close()

@@ -1,0 +1,65 @@
+"""Request and response bodies of the HTTP API. Unknown fields are refused everywhere."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+METHODS = ("adapter",)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=False)
+
+
+def not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty or whitespace")
+    return value
+
+
+class GenerateRequest(Strict):
+    prompt: str = Field(min_length=1)
+    max_new_tokens: int = Field(64, gt=0)
+    temperature: float = Field(0.0, ge=0.0, le=5.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    stop: list[str] = Field(default_factory=list, max_length=8)
+    seed: int | None = Field(None, ge=0)
+
+    _prompt = field_validator("prompt")(not_blank)
+
+
+class GenerateResponse(BaseModel):
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    knowledge_version: int
+    finish_reason: Literal["stop", "length"]
+    timing: dict[str, float]
+
+
+class ProbeIn(Strict):
+    prompt: str = Field(min_length=1, max_length=2000)
+    answer: str = Field(min_length=1, max_length=200)
+
+    _blank = field_validator("prompt", "answer")(not_blank)
+
+
+class DocumentRequest(Strict):
+    text: str = Field(min_length=1)
+    probes: list[ProbeIn] = Field(default_factory=list)
+    method: Literal[METHODS] = "adapter"  # type: ignore[valid-type]
+    idempotency_key: str | None = Field(None, min_length=1, max_length=200)
+
+    _text = field_validator("text")(not_blank)
+
+
+class DocumentAccepted(BaseModel):
+    document_id: str
+    job_id: str | None
+    status: str
+    status_url: str
+
+
+class ProbesRequest(Strict):
+    probes: list[ProbeIn] = Field(min_length=1, max_length=500)

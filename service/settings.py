@@ -1,0 +1,58 @@
+"""All configuration in one place, read from CKL_* environment variables."""
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_MODEL = "default"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CKL_", extra="ignore")
+
+    # Where the model comes from: "default" is the packaged Gemma 3 270M; anything else is a local
+    # path or a Hugging Face hub id (the hub is only reached when such an id is configured).
+    model: str = DEFAULT_MODEL
+    data_dir: Path = Path("data")
+    # The converted default model lives here; defaults to <data_dir>/models.
+    model_cache_dir: Path | None = None
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    load_in_4bit: bool = False
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+
+    max_prompt_tokens: int = Field(2048, gt=0)
+    max_new_tokens_cap: int = Field(512, gt=0)
+    max_prompt_chars: int = Field(32_000, gt=0)
+
+    # Learning loop.
+    redis_url: str | None = None
+    queue_name: str = "ckl"
+    job_timeout_s: int = Field(1800, gt=0)
+    job_retries: int = Field(2, ge=0)
+    max_document_chars: int = Field(20_000, gt=0)
+    max_probes_per_document: int = Field(16, gt=0)
+    version_poll_s: float = Field(2.0, gt=0)
+
+    # Update method defaults (chosen by `ckl bench teach`; see README).
+    lora_rank: int = Field(8, gt=0)
+    lora_alpha: float = Field(16.0, gt=0)
+    learning_rate: float = Field(3e-4, gt=0)
+    max_steps: int = Field(24, gt=0)
+    check_every: int = Field(2, gt=0)
+    train_window_tokens: int = Field(256, gt=8)
+
+    # The gate.
+    nf_tolerance: float = Field(0.02, ge=0, le=1)
+    learned_tolerance: float = Field(0.05, ge=0, le=1)
+    require_own_probes: bool = True
+
+    @cached_property
+    def models_dir(self) -> Path:
+        return self.model_cache_dir or self.data_dir / "models"

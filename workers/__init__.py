@@ -1,0 +1,1 @@
+"""What runs in a worker: the learning job, the update methods and the gate."""

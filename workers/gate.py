@@ -1,0 +1,58 @@
+"""The gate: commit a candidate only if it kept what it must keep. Pure functions over probe scores."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from service.knowledge.scoring import accuracy
+
+
+@dataclass
+class SuiteScores:
+    nf: list[float]
+    learned: list[float]
+    must_keep: list[float]
+    own: list[float]
+
+    def summary(self) -> dict[str, float | None]:
+        return {"nf_acc": accuracy(self.nf), "learned_acc": accuracy(self.learned),
+                "must_keep_acc": accuracy(self.must_keep), "own_acc": accuracy(self.own)}
+
+
+@dataclass
+class Decision:
+    accepted: bool
+    reason: str
+    checks: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def decide(before: SuiteScores, after: SuiteScores, *, nf_version_0: float, nf_tolerance: float,
+           learned_tolerance: float, require_own_probes: bool) -> Decision:
+    checks = []
+
+    def check(name: str, ok: bool, value: float | None, limit: float | None, rule: str) -> None:
+        checks.append({"check": name, "passed": ok, "value": value, "limit": limit, "rule": rule})
+
+    nf = accuracy(after.nf)
+    if nf is not None:
+        limit = nf_version_0 - nf_tolerance
+        check("not_to_forget", nf >= limit - 1e-9, nf, limit, f"NF accuracy >= version 0 ({nf_version_0:.3f}) - {nf_tolerance}")
+    learned_before, learned_after = accuracy(before.learned), accuracy(after.learned)
+    if learned_before is not None and learned_after is not None:
+        limit = learned_before - learned_tolerance
+        check("learned", learned_after >= limit - 1e-9, learned_after, limit,
+              f"learned-suite accuracy >= parent ({learned_before:.3f}) - {learned_tolerance}")
+    keep_before, keep_after = accuracy(before.must_keep), accuracy(after.must_keep)
+    if keep_before is not None and keep_after is not None:
+        check("must_keep", keep_after >= keep_before - 1e-9, keep_after, keep_before, "must-keep accuracy never drops")
+    own = accuracy(after.own)
+    if require_own_probes and own is not None:
+        check("own_probes", all(s == 1.0 for s in after.own), own, 1.0, "every probe of the document passes")
+    failed = [c for c in checks if not c["passed"]]
+    if failed:
+        reason = "; ".join(f"{c['check']}: {c['value']:.3f} < {c['limit']:.3f} ({c['rule']})" for c in failed)
+        return Decision(False, reason, checks)
+    return Decision(True, "all checks passed", checks)

@@ -1,0 +1,161 @@
+"""Learning one document: weigh its tokens, train a candidate from the committed version, gate, commit.
+
+Updates are strictly sequential: a candidate names the version it was trained from, and the store
+refuses the commit if another version became current meanwhile; the job then trains again from the
+new current version.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from service.documents import FINAL, DocumentStore
+from service.knowledge.probes import ProbeSuites, from_json
+from service.knowledge.scoring import Probe, score_probes
+from service.knowledge.versions import ParentMoved, VersionStore
+from service.model.loader import LoadedModel, load_model
+from service.settings import Settings
+from workers import gate, weighting
+from workers.methods import REGISTRY, UpdateMethod
+from workers.methods.base import Example
+
+log = logging.getLogger(__name__)
+
+MAX_PARENT_RETRIES = 3
+TOP_WEIGHTED = 12
+
+
+class Learner:
+    def __init__(self, settings: Settings, loaded: LoadedModel | None = None,
+                 publish: Callable[[int], None] | None = None) -> None:
+        self.settings = settings
+        loaded = loaded or load_model(settings)
+        self.tokenizer = loaded.tokenizer
+        self.model_name = loaded.name
+        # One method instance for now; methods that wrap the same base model differently get their own load.
+        self.methods: dict[str, UpdateMethod] = {"adapter": REGISTRY["adapter"](loaded.model, loaded.tokenizer, settings)}
+        root = settings.data_dir
+        self.documents = DocumentStore(root)
+        self.versions = VersionStore(root / "versions")
+        self.suites = ProbeSuites(root / "probes")
+        self.publish = publish or (lambda version: None)
+
+    # -- the job ---------------------------------------------------------------------------------
+    def learn(self, document_id: str) -> str:
+        """Run the job for one document; returns its final status."""
+        record = self.documents.get(document_id)
+        if record["status"] in FINAL:
+            return record["status"]
+        record = self.documents.update(document_id, status="training", attempts=record["attempts"] + 1, error=None)
+        try:
+            for _ in range(MAX_PARENT_RETRIES):
+                try:
+                    return self._learn_from(self.versions.current(), record)
+                except ParentMoved as moved:
+                    log.warning("document %s: %s; training again", document_id, moved)
+            raise RuntimeError(f"the current version kept moving during {MAX_PARENT_RETRIES} attempts")
+        except Exception as exc:
+            final = record["attempts"] > self.settings.job_retries
+            self.documents.update(document_id, status="failed" if final else "queued",
+                                  error=f"{type(exc).__name__}: {exc}")
+            raise
+
+    def _learn_from(self, parent: int, record: dict[str, Any]) -> str:
+        doc_id = record["document_id"]
+        timings: dict[str, float] = {}
+        method = self.methods[record["method"]]
+        self._ensure_nf_suite(method)
+        method.load(self.versions.load_delta(parent) if parent else None)
+        own = from_json(record["probes"])
+        suites = self._suites(parent, own)
+
+        clock = time.perf_counter()
+        before = self._score(method, suites)
+        examples, top_tokens = self._examples(record["text"], own)
+        budget = self._budget(examples, bool(own))
+        self.documents.update(doc_id, status="training", progress={"step": 0, "steps": budget},
+                              top_weighted_tokens=top_tokens, scores={"before": before.summary()})
+        timings["score_before_s"] = time.perf_counter() - clock
+
+        clock = time.perf_counter()
+        report = method.train(
+            examples, budget,
+            probes_pass=lambda: bool(own) and all(s == 1.0 for s in score_probes(method.model, self.tokenizer, own)),
+            progress=lambda step, steps: self.documents.update(doc_id, progress={"step": step, "steps": steps}),
+        )
+        timings["train_s"] = time.perf_counter() - clock
+
+        self.documents.update(doc_id, status="evaluating")
+        clock = time.perf_counter()
+        after = self._score(method, suites)
+        decision = gate.decide(before, after, nf_version_0=1.0, nf_tolerance=self.settings.nf_tolerance,
+                               learned_tolerance=self.settings.learned_tolerance,
+                               require_own_probes=self.settings.require_own_probes)
+        timings["gate_s"] = time.perf_counter() - clock
+        scores = {"before": before.summary(), "after": after.summary(),
+                  "own_before": before.own, "own_after": after.own}
+        training = {"steps": report.steps, "stopped_early": report.stopped_early, "losses": report.losses}
+        if not decision.accepted:
+            self.documents.update(doc_id, status="rejected", gate=decision.to_json(), scores=scores,
+                                  training=training, timings=_rounded(timings))
+            return "rejected"
+
+        clock = time.perf_counter()
+        manifest = {"documents": [doc_id], "probes": record["probes"], "method": method.name,
+                    "metrics": after.summary(), "gate": decision.to_json(), "training": training,
+                    **method.manifest_fields()}
+        version = self.versions.commit(parent, method.delta(), manifest)
+        timings["commit_s"] = time.perf_counter() - clock
+        self.documents.update(doc_id, status="committed", version=version, gate=decision.to_json(), scores=scores,
+                              training=training, timings=_rounded(timings))
+        self.publish(version)
+        return "committed"
+
+    # -- pieces ----------------------------------------------------------------------------------
+    def _ensure_nf_suite(self, method: UpdateMethod) -> None:
+        if self.suites.nf_suite() is None:
+            method.load(None)
+            self.suites.ensure_nf_suite(self.model_name, lambda probes: score_probes(method.model, self.tokenizer, probes))
+
+    def _suites(self, parent: int, own: list[Probe]) -> dict[str, list[Probe]]:
+        learned = [p for m in self.versions.lineage(parent) for p in from_json(m["probes"])]
+        return {"nf": self.suites.nf_probes(), "learned": learned, "must_keep": self.suites.must_keep(), "own": own}
+
+    def _score(self, method: UpdateMethod, suites: dict[str, list[Probe]]) -> gate.SuiteScores:
+        def score(probes: list[Probe]) -> list[float]:
+            return score_probes(method.model, self.tokenizer, probes) if probes else []
+        return gate.SuiteScores(**{name: score(probes) for name, probes in suites.items()})
+
+    def _examples(self, text: str, own: list[Probe]) -> tuple[list[Example], list[dict[str, Any]]]:
+        """Windows of the document with oracle weights on answer spans when probes allow, else uniform."""
+        enc = self.tokenizer(text, return_offsets_mapping=True)
+        ids, offsets = enc["input_ids"], enc["offset_mapping"]
+        spans = weighting.answer_spans(text, [p.answer for p in own])
+        weights = weighting.oracle(offsets, spans) if spans else weighting.uniform(len(ids))
+        if not any(weights[1:]):
+            weights = weighting.uniform(len(ids))
+        window = self.settings.train_window_tokens
+        examples = []
+        for start in range(0, max(len(ids) - 1, 1), window - 1):  # windows overlap by one token
+            chunk_ids, chunk_w = ids[start : start + window], weights[start : start + window]
+            if start:
+                chunk_w = [0.0, *chunk_w[1:]]
+            if any(chunk_w):
+                examples.append(Example(chunk_ids, chunk_w))
+        ranked = sorted(range(len(ids)), key=lambda i: -weights[i])[:TOP_WEIGHTED]
+        top = [{"token": self.tokenizer.decode([ids[i]]), "weight": weights[i], "position": i} for i in sorted(ranked)
+               if weights[i] > 0]
+        return examples, top
+
+    def _budget(self, examples: list[Example], has_probes: bool) -> int:
+        if has_probes:
+            return self.settings.max_steps
+        tokens = sum(len(e.input_ids) for e in examples)
+        return max(4, min(self.settings.max_steps, 4 * math.ceil(tokens / 128)))
+
+
+def _rounded(timings: dict[str, float]) -> dict[str, float]:
+    return {k: round(v, 3) for k, v in timings.items()}

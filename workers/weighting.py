@@ -1,0 +1,30 @@
+"""Per-token training weights. A weight belongs to the predicted token: position 0 is never predicted.
+
+- uniform: every predicted token counts the same (plain fine-tuning).
+- oracle: weight 1 on tokens inside an occurrence of a probe's answer in the text, 0 elsewhere;
+  usable when the document comes with probes.
+"""
+from __future__ import annotations
+
+
+def uniform(n_tokens: int) -> list[float]:
+    return [0.0] + [1.0] * (n_tokens - 1)
+
+
+def answer_spans(text: str, answers: list[str]) -> list[tuple[int, int]]:
+    spans = []
+    for answer in {a.strip() for a in answers if a.strip()}:
+        start = text.find(answer)
+        while start >= 0:
+            spans.append((start, start + len(answer)))
+            start = text.find(answer, start + 1)
+    return spans
+
+
+def oracle(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[float]:
+    """1.0 for tokens whose character range overlaps an answer span (offsets from the tokenizer)."""
+    weights = [1.0 if any(s < span_end and e > span_start for span_start, span_end in spans) and e > s else 0.0
+               for s, e in offsets]
+    if weights:
+        weights[0] = 0.0
+    return weights
