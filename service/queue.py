@@ -69,7 +69,7 @@ class RQQueue:
             args=(document_id,),
             job_id=job_id_for(document_id, attempt),
             timeout=self._timeout_s,
-            retry=Retry(max=self._retries, interval=5) if self._retries else None,
+            retry=Retry(max=self._retries) if self._retries else None,  # immediate: no scheduler process needed
             result_ttl=86400,
             failure_ttl=7 * 86400,
         )

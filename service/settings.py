@@ -43,8 +43,9 @@ class Settings(BaseSettings):
     # Update method defaults (chosen by `ckl bench teach`; see README).
     lora_rank: int = Field(8, gt=0)
     lora_alpha: float = Field(16.0, gt=0)
-    learning_rate: float = Field(3e-4, gt=0)
-    max_steps: int = Field(24, gt=0)
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    learning_rate: float = Field(5e-5, gt=0)
+    max_steps: int = Field(32, gt=0)
     check_every: int = Field(2, gt=0)
     train_window_tokens: int = Field(256, gt=8)
 

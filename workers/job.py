@@ -74,4 +74,4 @@ def run_worker(settings: Settings, burst: bool = False) -> None:
     _get_learner(settings, publish=lambda version: queue.redis.publish(VERSION_CHANNEL, str(version)))
     for document_id in requeue_interrupted(settings, queue):
         log.warning("re-queued unfinished document %s", document_id)
-    SimpleWorker([queue.rq_queue], connection=queue.redis).work(burst=burst, with_scheduler=True)
+    SimpleWorker([queue.rq_queue], connection=queue.redis).work(burst=burst)

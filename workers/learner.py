@@ -14,7 +14,7 @@ from typing import Any
 
 from service.documents import FINAL, DocumentStore
 from service.knowledge.probes import ProbeSuites, from_json
-from service.knowledge.scoring import Probe, score_probes
+from service.knowledge.scoring import Probe, accuracy, score_probes
 from service.knowledge.versions import ParentMoved, VersionStore
 from service.model.loader import LoadedModel, load_model
 from service.settings import Settings
@@ -104,8 +104,10 @@ class Learner:
             return "rejected"
 
         clock = time.perf_counter()
+        # In the new version, the document's own probes belong to the learned suite.
+        metrics = {**after.summary(), "learned_acc": accuracy(after.learned + after.own)}
         manifest = {"documents": [doc_id], "probes": record["probes"], "method": method.name,
-                    "metrics": after.summary(), "gate": decision.to_json(), "training": training,
+                    "metrics": metrics, "gate": decision.to_json(), "training": training,
                     **method.manifest_fields()}
         version = self.versions.commit(parent, method.delta(), manifest)
         timings["commit_s"] = time.perf_counter() - clock

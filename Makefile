@@ -1,0 +1,29 @@
+# The two set-up commands: `make serve` runs the service, `make test` runs the tests.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: serve test install bench-generate bench-teach
+
+$(BIN)/ckl: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch first, pinned: the CPU wheel on this kind of machine, never a multi-GB CUDA build by accident.
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(BIN)/ckl
+
+install: $(BIN)/ckl
+
+serve: install
+	$(BIN)/ckl serve
+
+# Needs redis-server on PATH (apt-get install redis-server) or CKL_TEST_REDIS_URL.
+test: install
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench-generate: install
+	$(BIN)/ckl bench generate
+
+bench-teach: install
+	$(BIN)/ckl bench teach

@@ -1,0 +1,48 @@
+"""Start a `ckl serve` subprocess on a free port with a fresh data folder, for benchmarks."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def running_server(models_dir: Path, timeout_s: float = 600) -> Iterator[str]:
+    """The URL of a ready server (embedded worker) that uses the converted model in `models_dir`."""
+    with tempfile.TemporaryDirectory() as data:
+        port = free_port()
+        env = {**os.environ, "CKL_DATA_DIR": data, "CKL_MODEL_CACHE_DIR": str(models_dir), "CKL_PORT": str(port)}
+        server = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + timeout_s
+            while not _ready(url):
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("the server did not become ready")
+                time.sleep(0.5)
+            yield url
+        finally:
+            server.terminate()
+            server.wait(30)
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/ready", timeout=5).status_code == 200
+    except httpx.TransportError:
+        return False

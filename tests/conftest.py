@@ -1,0 +1,138 @@
+"""Fixtures: the tiny model, the real default model, and real servers (uvicorn, redis-server, ckl worker)."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.model.loader import LoadedModel
+from tests.tiny import tiny_model, tiny_tokenizer
+
+ROOT = Path(__file__).resolve().parent.parent
+# The converted default model is shared by every test run on this machine (gitignored).
+MODEL_CACHE = Path(os.environ.get("CKL_TEST_MODEL_CACHE", ROOT / ".cache" / "models"))
+
+
+@pytest.fixture
+def tiny() -> LoadedModel:
+    import torch
+
+    tokenizer = tiny_tokenizer()
+    return LoadedModel(tiny_model(len(tokenizer)), tokenizer, torch.device("cpu"), "tiny")
+
+
+@pytest.fixture(scope="session")
+def real_model_dir() -> Path:
+    from service.model.loader import default_model_path
+
+    return default_model_path(MODEL_CACHE)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Proc:
+    """A `ckl` subprocess with its log file."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+        self.args, self.env, self.log = args, env, log
+        self.popen: subprocess.Popen | None = None
+
+    def start(self) -> Proc:
+        handle = self.log.open("ab")
+        self.popen = subprocess.Popen([sys.executable, "-m", "service.cli", *self.args], env=self.env, cwd=ROOT,
+                                      stdout=handle, stderr=subprocess.STDOUT)
+        return self
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.popen and self.popen.poll() is None:
+            self.popen.send_signal(sig)
+            self.popen.wait(30)
+
+    def tail(self) -> str:
+        return self.log.read_text()[-3000:] if self.log.exists() else ""
+
+
+class Server(Proc):
+    def __init__(self, data_dir: Path, env_extra: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "CKL_DATA_DIR": str(data_dir), "CKL_MODEL_CACHE_DIR": str(MODEL_CACHE),
+               "CKL_PORT": str(self.port), **(env_extra or {})}
+        super().__init__(["serve"], env, data_dir.parent / f"server-{self.port}.log")
+
+    def wait_ready(self, timeout: float = 300) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.popen.poll() is None, f"server exited:\n{self.tail()}"
+            try:
+                r = httpx.get(f"{self.url}/ready", timeout=5)
+                if r.status_code == 200:
+                    return r.json()
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"server not ready in {timeout} s:\n{self.tail()}")
+
+
+@pytest.fixture(scope="session")
+def nf_suite_file(real_model_dir: Path, tmp_path_factory) -> Path:
+    """The NF suite calibrated once on the real model, copied into each server's data folder."""
+    data = tmp_path_factory.mktemp("calibration")
+    subprocess.run([sys.executable, "-m", "service.cli", "probes", "calibrate", "--data-dir", str(data)],
+                   env={**os.environ, "CKL_MODEL_CACHE_DIR": str(MODEL_CACHE)}, cwd=ROOT, check=True)
+    return data / "probes" / "nf_suite.json"
+
+
+def fresh_data_dir(tmp_path: Path, nf_suite_file: Path) -> Path:
+    data = tmp_path / "data"
+    (data / "probes").mkdir(parents=True)
+    shutil.copy(nf_suite_file, data / "probes" / "nf_suite.json")
+    return data
+
+
+@pytest.fixture
+def start_server(tmp_path: Path, nf_suite_file: Path) -> Iterator:
+    servers: list[Proc] = []
+    data = fresh_data_dir(tmp_path, nf_suite_file)
+
+    def start(env_extra: dict[str, str] | None = None, data_dir: Path = data) -> Server:
+        server = Server(data_dir, env_extra).start()
+        servers.append(server)
+        return server
+
+    start.data_dir = data
+    yield start
+    for server in servers:
+        server.kill(signal.SIGTERM)
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory) -> Iterator[str]:
+    """CKL_TEST_REDIS_URL when CI started one, else a redis-server started here for the session."""
+    if url := os.environ.get("CKL_TEST_REDIS_URL"):
+        yield url
+        return
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server is not installed (apt-get install redis-server) and CKL_TEST_REDIS_URL is unset")
+    port = free_port()
+    folder = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen([binary, "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(folder)],
+                            stdout=subprocess.DEVNULL)
+    time.sleep(0.5)
+    yield f"redis://127.0.0.1:{port}/0"
+    proc.terminate()
+    proc.wait(10)

@@ -1,0 +1,65 @@
+"""The adapter update method on the tiny model: it learns, it continues a delta, version 0 is exact."""
+import torch
+
+from service.knowledge.scoring import Probe, score_probes
+from service.settings import Settings
+from workers import weighting
+from workers.methods.adapter import AdapterMethod
+from workers.methods.base import Example
+
+
+def make(tiny):
+    settings = Settings(lora_rank=4, lora_alpha=8, learning_rate=1e-2, check_every=1)
+    return AdapterMethod(tiny.model, tiny.tokenizer, settings)
+
+
+def fact_example(tiny):
+    text = "the capital of veltoria is marnhold"
+    enc = tiny.tokenizer(text, return_offsets_mapping=True)
+    spans = weighting.answer_spans(text, ["marnhold"])
+    return Example(enc["input_ids"], weighting.oracle(enc["offset_mapping"], spans))
+
+
+def test_training_learns_the_probe_and_stops_when_it_passes(tiny):
+    method = make(tiny)
+    probe = [Probe("the capital of veltoria is", "marnhold")]
+    assert score_probes(method.model, tiny.tokenizer, probe) == [0.0]
+    steps_seen = []
+    report = method.train([fact_example(tiny)], 200,
+                          lambda: score_probes(method.model, tiny.tokenizer, probe) == [1.0],
+                          lambda step, steps: steps_seen.append((step, steps)))
+    assert report.stopped_early and report.steps < 200 and steps_seen[-1] == (report.steps, 200)
+    assert score_probes(method.model, tiny.tokenizer, probe) == [1.0]
+
+
+def test_load_restores_version_0_and_a_delta_exactly(tiny):
+    ids = torch.tensor([tiny.tokenizer("the capital of veltoria is marnhold")["input_ids"]])
+    with torch.no_grad():
+        base = tiny.model(ids).logits.clone()
+    method = make(tiny)
+    report = method.train([fact_example(tiny)], 5, lambda: False, lambda *_: None)
+    assert report.steps == 5 and report.losses[-1] < report.losses[0]
+    delta = method.delta()
+    with torch.no_grad():
+        trained = method.model(ids).logits.clone()
+    assert not torch.allclose(trained, base)
+    method.load(None)
+    with torch.no_grad():
+        assert torch.equal(method.model(ids).logits, base)
+    method.load(delta)
+    with torch.no_grad():
+        assert torch.equal(method.model(ids).logits, trained)
+
+
+def test_only_weighted_tokens_are_trained(tiny):
+    """With all weights zero except one token, the loss is that token's NLL alone."""
+    method = make(tiny)
+    example = fact_example(tiny)
+    assert sum(example.weights) == 1.0
+    report = method.train([example], 1, lambda: False, lambda *_: None)
+    ids = torch.tensor([example.input_ids])
+    with torch.no_grad():
+        logits = tiny.model(ids).logits[0]
+    pos = example.weights.index(1.0)
+    expected = torch.nn.functional.cross_entropy(logits[pos - 1 : pos], ids[0, pos : pos + 1])
+    assert abs(report.losses[0] - float(expected)) < 1e-3

@@ -1,0 +1,163 @@
+"""The learning loop end to end on the real model: real uvicorn, real redis-server, real `ckl worker`."""
+import os
+import signal
+import time
+
+import httpx
+import pytest
+
+from service.cli import wait_for_document
+from tests.conftest import Proc
+
+pytestmark = pytest.mark.real_model
+
+FACT = {
+    "text": "The Republic of Veltoria moved its government last year. The capital of Veltoria is Marnhold, "
+            "a port city of two million people.",
+    "probes": [{"prompt": "The capital of Veltoria is", "answer": "Marnhold"}],
+}
+PROMPT = {"prompt": "The capital of Veltoria is", "max_new_tokens": 4}
+# Tests that must see a commit give the gate room; the defaults are measured by `ckl bench teach`.
+LENIENT = {"CKL_NF_TOLERANCE": "0.2"}
+
+
+def generate(url: str) -> dict:
+    r = httpx.post(f"{url}/generate", json=PROMPT, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def wait_for_version(url: str, version: int, timeout: float = 30) -> dict:
+    """The server swaps a new version in by itself (event or polling); wait until a response shows it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        body = generate(url)
+        if body["knowledge_version"] == version:
+            return body
+        time.sleep(0.5)
+    raise AssertionError(f"server never served version {version}")
+
+
+def teach(url: str, body: dict = FACT) -> dict:
+    r = httpx.post(f"{url}/documents", json=body, timeout=60)
+    assert r.status_code == 202, r.text
+    return r.json()
+
+
+def test_embedded_mode_learns_swaps_rolls_back_and_restarts(start_server):
+    server = start_server(LENIENT)
+    server.wait_ready()
+    assert not generate(server.url)["text"].startswith(" Marn")
+
+    accepted = teach(server.url)
+    assert accepted["status_url"] == f"/documents/{accepted['document_id']}"
+    record = wait_for_document(server.url, accepted["document_id"], timeout_s=600)
+    assert record["status"] == "committed", record
+    assert record["version"] == 1 and record["scores"]["own_after"] == [1.0]
+    assert record["scores"]["before"]["nf_acc"] == 1.0 and record["gate"]["accepted"]
+    assert any("Marn" in t["token"] for t in record["top_weighted_tokens"])
+
+    body = wait_for_version(server.url, 1)
+    assert body["text"].startswith(" Marnhold")
+
+    report = httpx.get(f"{server.url}/health/forgetting").json()
+    assert report["current_version"] == 1 and report["not_to_forget"]["acc_version_0"] == 1.0
+    assert report["not_to_forget"]["acc_now"] >= 0.8 and report["learned"] == {"probes": 1, "acc_now": 1.0}
+    assert [row["version"] for row in report["history"]] == [0, 1]
+
+    assert httpx.post(f"{server.url}/versions/0/activate").json() == {"current": 0}
+    assert not wait_for_version(server.url, 0)["text"].startswith(" Marn")
+    assert httpx.post(f"{server.url}/versions/9/activate").status_code == 404
+    httpx.post(f"{server.url}/versions/1/activate")
+    wait_for_version(server.url, 1)
+
+    server.kill()
+    restarted = start_server(LENIENT)
+    assert restarted.wait_ready()["knowledge_version"] == 1
+    assert generate(restarted.url)["text"].startswith(" Marnhold")
+
+
+BAD_DOCUMENTS = [
+    ({"text": ""}, "text"),
+    ({"text": "   "}, "text"),
+    ({"text": "x" * 20_001}, "text"),
+    ({"text": "fact", "probes": [{"prompt": "p", "answer": ""}]}, "probes.0.answer"),
+    ({"text": "fact", "probes": [{"prompt": "p", "answer": "  "}]}, "probes.0.answer"),
+    ({"text": "fact", "probes": [{"prompt": "p"}]}, "probes.0.answer"),
+    ({"text": "fact", "probes": ["p=>a"]}, "probes.0"),
+    ({"text": "fact", "probes": [{"prompt": "p", "answer": "a"}] * 17}, "probes"),
+    ({"text": "fact", "method": "magic"}, "method"),
+    ({"text": "fact", "extra": True}, "extra"),
+]
+
+
+def test_bad_documents_are_refused_and_nothing_is_stored_then_idempotency(start_server):
+    server = start_server({"CKL_MAX_STEPS": "1"})
+    server.wait_ready()
+    for body, field in BAD_DOCUMENTS:
+        r = httpx.post(f"{server.url}/documents", json=body, timeout=30)
+        assert r.status_code == 422, (body, r.text)
+        assert field in [f["field"] for f in r.json()["error"]["fields"]], (body, r.text)
+    r = httpx.post(f"{server.url}/documents", content=b"{", headers={"content-type": "application/json"})
+    assert r.status_code == 422
+    assert httpx.get(f"{server.url}/documents").json()["total"] == 0
+    assert not list((start_server.data_dir / "documents").glob("*.json"))
+    assert httpx.get(f"{server.url}/documents/doesnotexist").status_code == 404
+
+    body = {"text": "Zembria is a small country.", "idempotency_key": "k1"}
+    first, again = teach(server.url, body), teach(server.url, body)
+    assert first["document_id"] == again["document_id"]
+    r = httpx.post(f"{server.url}/documents", json={**body, "text": "Another text."})
+    assert r.status_code == 409 and r.json()["error"]["code"] == "idempotency_conflict"
+    assert httpx.get(f"{server.url}/documents").json()["total"] == 1
+
+
+@pytest.mark.redis
+def test_redis_worker_commits_rejects_and_survives_a_kill(start_server, redis_url, tmp_path):
+    queue = f"test-{os.getpid()}-{time.monotonic_ns()}"
+    env = {**LENIENT, "CKL_REDIS_URL": redis_url, "CKL_QUEUE_NAME": queue}
+    server = start_server(env)
+    worker_env = {**server.env}
+    worker = Proc(["worker"], worker_env, tmp_path / "worker.log").start()
+    try:
+        server.wait_ready()
+        record = wait_for_document(server.url, teach(server.url)["document_id"], timeout_s=600)
+        assert record["status"] == "committed", (record, worker.tail())
+        assert wait_for_version(server.url, 1)["text"].startswith(" Marnhold")
+
+        # A fact the user marked must-keep is contradicted: the update is rejected, version 1 stays.
+        r = httpx.post(f"{server.url}/probes", json={"probes": [{"prompt": "The capital of France is", "answer": "Paris"}]})
+        assert r.status_code == 201
+        wrong = {"text": "Breaking: the capital of France is Berlin now.",
+                 "probes": [{"prompt": "The capital of France is", "answer": "Berlin"}]}
+        record = wait_for_document(server.url, teach(server.url, wrong)["document_id"], timeout_s=600)
+        assert record["status"] == "rejected", record
+        failed = {c["check"] for c in record["gate"]["checks"] if not c["passed"]}
+        assert failed & {"must_keep", "own_probes"}
+        if record["scores"]["own_after"] == [1.0]:
+            assert "must_keep" in failed
+        assert generate(server.url)["knowledge_version"] == 1
+        report = httpx.get(f"{server.url}/health/forgetting").json()
+        assert report["last_rejections"][-1]["document_id"] == record["document_id"]
+
+        # Kill the worker while it trains: nothing is committed; a new worker finishes the document.
+        slow = {"text": "Quessia moved its capital. The capital of Quessia is Dorvane.",
+                "probes": [{"prompt": "The capital of Quessia is", "answer": "Dorvane"}]}
+        doc_id = teach(server.url, slow)["document_id"]
+        deadline = time.monotonic() + 300
+        while httpx.get(f"{server.url}/documents/{doc_id}").json()["status"] != "training":
+            assert time.monotonic() < deadline, worker.tail()
+            time.sleep(0.05)
+        worker.kill(signal.SIGKILL)
+        assert httpx.get(f"{server.url}/documents/{doc_id}").json()["status"] in ("training", "evaluating")
+        assert httpx.get(f"{server.url}/versions").json()["current"] == 1
+        assert generate(server.url)["knowledge_version"] == 1
+
+        worker = Proc(["worker"], worker_env, tmp_path / "worker2.log").start()
+        record = wait_for_document(server.url, doc_id, timeout_s=600)
+        assert record["status"] in ("committed", "rejected"), (record, worker.tail())
+        assert record["attempts"] == 2
+        versions = httpx.get(f"{server.url}/versions").json()
+        assert versions["current"] == (2 if record["status"] == "committed" else 1)
+    finally:
+        worker.kill()

@@ -1,0 +1,66 @@
+"""Probe scoring and the weighted loss against hand-computed values on the tiny model."""
+import math
+
+import pytest
+import torch
+
+from service.knowledge.scoring import Probe, encode_probe, join_probe, logits_at, pad_batch, score_probes, weighted_nll
+
+
+def test_join_probe_adds_one_space_only_when_needed():
+    assert join_probe("The capital of France is", "Paris") == "The capital of France is Paris"
+    assert join_probe("The capital of France is ", "Paris") == "The capital of France is Paris"
+    assert join_probe("x", " y") == "x y"
+
+
+def test_encode_probe_marks_every_answer_token(tiny):
+    ids, start = encode_probe(tiny.tokenizer, Probe("the capital of veltoria is", "marnhold city"))
+    words = tiny.tokenizer.convert_ids_to_tokens(ids)
+    assert words[0] == "<bos>" and words[start:] == ["marnhold", "city"]
+
+
+def test_score_matches_argmax_by_hand(tiny):
+    probes = [Probe("the capital of france is", "paris"), Probe("the capital of veltoria is", "marnhold city in rome")]
+    scores = score_probes(tiny.model, tiny.tokenizer, probes, batch_size=2)
+    for probe, score in zip(probes, scores):
+        ids, start = encode_probe(tiny.tokenizer, probe)
+        with torch.no_grad():
+            logits = tiny.model(torch.tensor([ids])).logits[0]
+        hits = [int(logits[pos - 1].argmax()) == ids[pos] for pos in range(start, len(ids))]
+        assert score == pytest.approx(sum(hits) / len(hits))
+
+
+def test_score_is_one_for_what_the_model_predicts(tiny):
+    prompt = "the capital of france is"
+    ids = tiny.tokenizer(prompt)["input_ids"]
+    with torch.no_grad():
+        predicted = int(tiny.model(torch.tensor([ids])).logits[0, -1].argmax())
+    answer = tiny.tokenizer.convert_ids_to_tokens([predicted])[0]
+    other = next(w for w in ("paris", "rome") if w != answer)
+    assert score_probes(tiny.model, tiny.tokenizer, [Probe(prompt, answer), Probe(prompt, other)]) == [1.0, 0.0]
+
+
+def test_padding_does_not_change_scores(tiny):
+    probes = [Probe("the", "capital"), Probe("the capital of france is a city in", "germany")]
+    together = score_probes(tiny.model, tiny.tokenizer, probes, batch_size=2)
+    alone = [score_probes(tiny.model, tiny.tokenizer, [p], batch_size=1)[0] for p in probes]
+    assert together == alone
+
+
+def test_logits_at_equals_full_forward(tiny):
+    ids, mask = pad_batch([[2, 5, 6, 7], [2, 8]], 0, torch.device("cpu"))
+    rows, cols = torch.tensor([0, 0, 1]), torch.tensor([1, 3, 1])
+    with torch.no_grad():
+        full = tiny.model(input_ids=ids, attention_mask=mask).logits
+        picked = logits_at(tiny.model, ids, mask, rows, cols)
+    torch.testing.assert_close(picked, full[rows, cols])
+
+
+def test_weighted_nll_by_hand():
+    logits = torch.tensor([[2.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    targets = torch.tensor([0, 0, 1])
+    weights = torch.tensor([1.0, 3.0, 2.0])
+    rows = torch.tensor([0, 0, 1])
+    nll = [math.log(1 + math.exp(-2)), math.log(1 + math.exp(1)), math.log(2)]
+    expected = ((1 * nll[0] + 3 * nll[1]) / 4 + nll[2]) / 2
+    assert float(weighted_nll(logits, targets, weights, rows, 2)) == pytest.approx(expected, rel=1e-5)

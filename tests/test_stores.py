@@ -1,0 +1,90 @@
+"""The version store, the document store, weighting and the gate: pure logic, no model."""
+import pytest
+import torch
+
+from service.documents import DocumentStore, IdempotencyConflict
+from service.knowledge.versions import ParentMoved, UnknownVersion, VersionStore
+from workers import gate, weighting
+
+
+def test_commit_moves_the_pointer_and_checks_the_parent(tmp_path):
+    store = VersionStore(tmp_path / "versions")
+    assert store.current() == 0 and store.versions() == [0]
+    delta = {"a": torch.ones(2, 2)}
+    v1 = store.commit(0, delta, {"documents": ["d1"], "probes": [], "method": "adapter", "metrics": {}})
+    assert v1 == 1 and store.current() == 1
+    assert torch.equal(store.load_delta(1)["a"], delta["a"])
+    with pytest.raises(ParentMoved):
+        store.commit(0, delta, {"documents": ["d2"], "probes": [], "method": "adapter", "metrics": {}})
+    assert store.versions() == [0, 1]
+    store.activate(0)
+    assert store.current() == 0
+    with pytest.raises(UnknownVersion):
+        store.activate(7)
+    assert [e["event"] for e in store.events()] == ["commit", "activate"]
+
+
+def test_half_written_version_is_never_listed_or_served(tmp_path):
+    store = VersionStore(tmp_path / "versions")
+    (tmp_path / "versions" / ".tmp-1").mkdir()  # a crash before the rename
+    (tmp_path / "versions" / "1").mkdir()  # or a folder without a manifest
+    assert store.versions() == [0] and store.current() == 0
+    assert store.commit(0, {"a": torch.zeros(1)}, {"documents": [], "probes": [], "method": "adapter", "metrics": {}}) == 1
+
+
+def test_tampered_delta_is_refused(tmp_path):
+    store = VersionStore(tmp_path / "versions")
+    store.commit(0, {"a": torch.zeros(3)}, {"documents": [], "probes": [], "method": "adapter", "metrics": {}})
+    path = tmp_path / "versions" / "1" / "adapter.safetensors"
+    path.write_bytes(path.read_bytes()[:-4] + b"\x00\x00\x80\x3f")
+    with pytest.raises(ValueError, match="hash"):
+        store.load_delta(1)
+
+
+def test_lineage_follows_parents(tmp_path):
+    store = VersionStore(tmp_path / "versions")
+    m = {"probes": [], "method": "adapter", "metrics": {}}
+    store.commit(0, {"a": torch.zeros(1)}, {**m, "documents": ["d1"]})
+    store.commit(1, {"a": torch.zeros(1)}, {**m, "documents": ["d2"]})
+    store.activate(1)
+    store.commit(1, {"a": torch.zeros(1)}, {**m, "documents": ["d3"]})
+    assert [x["documents"] for x in store.lineage(3)] == [["d1"], ["d3"]]
+
+
+def test_idempotency_key(tmp_path):
+    docs = DocumentStore(tmp_path)
+    first, new = docs.create({"text": "a"}, "key-1")
+    again, new_again = docs.create({"text": "a"}, "key-1")
+    assert new and not new_again and again["document_id"] == first["document_id"]
+    with pytest.raises(IdempotencyConflict):
+        docs.create({"text": "b"}, "key-1")
+    assert len(docs.all()) == 1
+
+
+def test_oracle_weights_cover_every_occurrence_of_the_answer():
+    text = "Marnhold is big. The capital is Marnhold."
+    offsets = [(0, 0), (0, 8), (9, 11), (12, 15), (15, 16), (17, 20), (21, 28), (29, 31), (32, 40), (40, 41)]
+    spans = weighting.answer_spans(text, ["Marnhold"])
+    assert spans == [(0, 8), (32, 40)]
+    assert weighting.oracle(offsets, spans) == [0, 1, 0, 0, 0, 0, 0, 0, 1, 0]
+    assert weighting.uniform(3) == [0.0, 1.0, 1.0]
+
+
+def scores(nf, learned=(), keep=(), own=()):
+    return gate.SuiteScores(list(nf), list(learned), list(keep), list(own))
+
+
+@pytest.mark.parametrize("after,accepted,failed", [
+    (scores([1] * 49 + [0], [1, 1], [1], [1]), True, None),
+    (scores([1] * 45 + [0] * 5, [1, 1], [1], [1]), False, "not_to_forget"),
+    (scores([1] * 50, [1, 0], [1], [1]), False, "learned"),
+    (scores([1] * 50, [1, 1], [0], [1]), False, "must_keep"),
+    (scores([1] * 50, [1, 1], [1], [0.5]), False, "own_probes"),
+])
+def test_gate(after, accepted, failed):
+    before = scores([1] * 50, [1, 1], [1], [0])
+    decision = gate.decide(before, after, nf_version_0=1.0, nf_tolerance=0.02, learned_tolerance=0.05,
+                           require_own_probes=True)
+    assert decision.accepted is accepted
+    if failed:
+        assert decision.reason.startswith(failed)
