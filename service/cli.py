@@ -64,7 +64,8 @@ def cmd_generate(args: argparse.Namespace) -> None:
         if response.status_code != 200:
             sys.exit(json.dumps(result, indent=2))
     else:
-        from service.knowledge.adapter import lora_config
+        from service.knowledge.adapter import config_from_dict, lora_config
+        from service.knowledge.versions import VersionStore
         from service.model.generation import SamplingParams, generate
         from service.model.loader import load_model
         from service.model.serving import ServingModel
@@ -73,6 +74,9 @@ def cmd_generate(args: argparse.Namespace) -> None:
         print("loading the model...", file=sys.stderr, flush=True)
         loaded = load_model(settings, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
         serving = ServingModel(loaded, lora_config(settings.lora_rank, settings.lora_alpha))
+        versions = VersionStore(settings.data_dir / "versions")
+        if version := versions.current():  # answer with the knowledge committed in this data folder
+            serving.install(version, versions.load_delta(version), config_from_dict(versions.manifest(version)["lora"]))
         ids = loaded.tokenizer(args.prompt)["input_ids"]
         result = vars(generate(serving, ids, SamplingParams(args.max_new_tokens, args.temperature, args.top_p, (),
                                                             args.seed)))
@@ -148,10 +152,10 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
-    from bench import generate as bench_generate
-    from bench import teach as bench_teach
+    from importlib import import_module
 
-    {"generate": bench_generate.main, "teach": bench_teach.main}[args.bench](args.rest)
+    module = {"generate": "bench.generate", "teach": "bench.teach", "lama-ckl": "bench.lama_ckl"}[args.bench]
+    import_module(module).main(args.rest)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -206,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("bench", help="benchmarks that print numbers")
-    p.add_argument("bench", choices=["generate", "teach"])
+    p.add_argument("bench", choices=["generate", "teach", "lama-ckl"])
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_bench)
     return parser

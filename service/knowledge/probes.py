@@ -37,14 +37,17 @@ def read_probe_file(path: Path) -> list[Probe]:
             probes.append(Probe(prompt, answer))
             continue
         row = json.loads(line)
-        if "task_descriptive" in row:
-            sentence, obj = row["task_descriptive"], row["object"]
-            cut = sentence.rfind(obj)
-            if cut > 0:
-                probes.append(Probe(sentence[:cut].rstrip(), obj))
-        else:
-            probes.append(Probe(row["prompt"], row["answer"]))
+        probe = lama_probe(row) if "task_descriptive" in row else Probe(row["prompt"], row["answer"])
+        if probe is not None:
+            probes.append(probe)
     return probes
+
+
+def lama_probe(row: dict[str, Any]) -> Probe | None:
+    """A LAMA-ckl row's cloze: `task_descriptive` up to the object's last occurrence, the object as answer."""
+    sentence, obj = row["task_descriptive"], row["object"]
+    cut = sentence.rfind(obj)
+    return Probe(sentence[:cut].rstrip(), obj) if cut > 0 else None
 
 
 def to_json(probes: list[Probe]) -> list[dict[str, str]]:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from workers.methods.adapter import AdapterMethod
 from workers.methods.base import UpdateMethod
+from workers.methods.full import FullMethod
 
-REGISTRY: dict[str, type[UpdateMethod]] = {AdapterMethod.name: AdapterMethod}
+REGISTRY: dict[str, type[UpdateMethod]] = {m.name: m for m in (AdapterMethod, FullMethod)}
 
-__all__ = ["REGISTRY", "UpdateMethod", "AdapterMethod"]
+__all__ = ["REGISTRY", "UpdateMethod", "AdapterMethod", "FullMethod"]

@@ -1,10 +1,13 @@
-"""The interface every update method implements.
+"""The interface every update method implements, and the training loop they share.
 
 A method owns a trainable knowledge state on top of the frozen base model. The learning job:
-`load(parent delta)` -> `train(examples, own probes)` -> score `model` in the gate -> commit `delta()`.
+`load(parent delta)` -> `train(examples, ...)` -> score `model` in the gate -> commit `delta()`.
+The loop is the same for every method: a token-weighted loss with the LM head only at weighted
+positions, clipped gradients, and a stop as soon as the document's probes pass.
 """
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,15 +17,17 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from service.knowledge.scoring import Probe
+from service.knowledge.scoring import logits_at, pad_batch, weighted_nll
 from service.settings import Settings
 
 Progress = Callable[[int, int], None]
+# A new fact starts at a loss near 15 nats: unclipped gradients blow plain SGD up.
+MAX_GRAD_NORM = 1.0
 
 
 @dataclass
 class Example:
-    """One training window: token ids and the weight of each predicted token."""
+    """One training window: token ids and the weight of each predicted token (position 0 is never predicted)."""
     input_ids: list[int]
     weights: list[float]
 
@@ -35,12 +40,40 @@ class TrainReport:
     seconds: float = 0.0
 
 
+def weighted_positions(examples: list[Example], device: torch.device):
+    """(row, predicting position, target id, weight) for every token with weight > 0."""
+    rows, cols, targets, weights = [], [], [], []
+    for row, ex in enumerate(examples):
+        for pos, w in enumerate(ex.weights):
+            if w > 0 and pos > 0:
+                rows.append(row)
+                cols.append(pos - 1)
+                targets.append(ex.input_ids[pos])
+                weights.append(w)
+    as_tensor = lambda xs, dtype: torch.tensor(xs, dtype=dtype, device=device)  # noqa: E731
+    return as_tensor(rows, torch.long), as_tensor(cols, torch.long), as_tensor(targets, torch.long), \
+        as_tensor(weights, torch.float32)
+
+
+def batches(examples: list[Example], size: int, steps: int) -> list[list[Example]]:
+    """`steps` batches of `size` examples taken in order, wrapping around."""
+    size = min(size, len(examples))
+    return [[examples[(step * size + i) % len(examples)] for i in range(size)] for step in range(steps)]
+
+
+def make_optimizer(name: str, params: list[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    return torch.optim.SGD(params, lr=lr)
+
+
 class UpdateMethod(ABC):
     name: str
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: Settings) -> None:
         self.tokenizer = tokenizer
         self.settings = settings
+        self.device = next(model.parameters()).device
 
     @property
     @abstractmethod
@@ -48,13 +81,12 @@ class UpdateMethod(ABC):
         """The model with the method's current knowledge state: what the gate scores."""
 
     @abstractmethod
-    def load(self, delta: dict[str, torch.Tensor] | None) -> None:
-        """Set the knowledge state to a committed delta (None: version 0)."""
+    def parameters(self) -> list[nn.Parameter]:
+        """What training updates."""
 
     @abstractmethod
-    def train(self, examples: list[Example], budget: int, probes_pass: Callable[[], bool],
-              progress: Progress) -> TrainReport:
-        """Train from the loaded state; stop when `probes_pass()` or after `budget` steps."""
+    def load(self, delta: dict[str, torch.Tensor] | None) -> None:
+        """Set the knowledge state to a committed delta (None: version 0)."""
 
     @abstractmethod
     def delta(self) -> dict[str, torch.Tensor]:
@@ -63,3 +95,39 @@ class UpdateMethod(ABC):
     @abstractmethod
     def manifest_fields(self) -> dict[str, Any]:
         """What a server needs to install the delta, and the hyperparameters, for the manifest."""
+
+    def optimizer(self, learning_rate: float | None = None) -> torch.optim.Optimizer:
+        return make_optimizer(self.settings.optimizer, self.parameters(), learning_rate or self.settings.learning_rate)
+
+    def loss(self, batch: list[Example]) -> torch.Tensor:
+        ids, mask = pad_batch([e.input_ids for e in batch], self.tokenizer.pad_token_id or 0, self.device)
+        rows, cols, targets, weights = weighted_positions(batch, self.device)
+        return weighted_nll(logits_at(self.model, ids, mask, rows, cols), targets, weights, rows, len(batch))
+
+    def train(self, examples: list[Example], budget: int, probes_pass: Callable[[], bool] = lambda: False,
+              progress: Progress = lambda step, steps: None, optimizer: torch.optim.Optimizer | None = None,
+              batch_size: int = 8) -> TrainReport:
+        """Train from the loaded state for `budget` steps, or until `probes_pass()` (checked every few steps).
+
+        A document gets a fresh optimizer (moments from another document say nothing about this one);
+        a caller that trains over several calls (the benchmark's epochs) passes its own.
+        """
+        started = time.perf_counter()
+        optimizer = optimizer or self.optimizer()
+        params = self.parameters()
+        report = TrainReport(steps=0, stopped_early=False)
+        for step, batch in enumerate(batches(examples, batch_size, budget)):
+            with torch.enable_grad():
+                loss = self.loss(batch)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
+                optimizer.step()
+            report.steps = step + 1
+            report.losses.append(round(float(loss.detach()), 4))
+            progress(step + 1, budget)
+            if (step + 1) % self.settings.check_every == 0 and probes_pass():
+                report.stopped_early = True
+                break
+        report.seconds = time.perf_counter() - started
+        return report

@@ -1,0 +1,336 @@
+"""`ckl bench lama-ckl`: the Train-Attention paper's LAMA-ckl protocol on the model we serve.
+
+1. Tailoring: score the base model on every row's `task_descriptive` probe (teacher-forced accuracy
+   of the object tokens at the object's last occurrence). TO-LEARN = variant_dev rows scored 0,
+   NF = invariant rows scored 1. Scores are cached per model and data file.
+2. For each method: epoch -1 is the untouched model; each epoch trains once over the TO-LEARN
+   evidence in batches, then scores TO-LEARN and NF probes.
+3. Top Acc = best TO-LEARN accuracy over epochs, Epoch = where, NF Acc = NF accuracy there,
+   Total Knowledge = Top Acc + NF Acc. Written to results.json, results.md and curves.png.
+
+The training loop, the weighted loss and the probe scoring are the service's own (workers.methods,
+service.knowledge.scoring).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import platform
+import random
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+from tqdm import tqdm
+
+from service.knowledge.probes import lama_probe
+from service.knowledge.scoring import Probe, score_probes, token_nll
+from service.model.loader import LoadedModel
+from service.settings import Settings
+from workers import weighting
+from workers.methods import REGISTRY
+from workers.methods.base import Example
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "lama_ckl"
+RHO1_KEEP = 0.6
+
+
+@dataclass(frozen=True)
+class Row:
+    uuid: str
+    evidence: str
+    object: str
+    probe: Probe
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    update: str  # a key of workers.methods.REGISTRY
+    weighting: str  # uniform | oracle | rho1
+    learning_rate: float
+
+
+# The benchmark's registry; later methods (Train-Attention, sparse memory) add entries here.
+METHODS: dict[str, MethodSpec] = {
+    "finetune": MethodSpec("adapter", "uniform", 3e-4),
+    "oracle": MethodSpec("adapter", "oracle", 3e-4),
+    "rho1": MethodSpec("adapter", "rho1", 3e-4),
+    "full": MethodSpec("full", "uniform", 1e-5),
+}
+
+
+@dataclass
+class Config:
+    methods: list[str] = field(default_factory=lambda: ["finetune", "oracle"])
+    to_learn: int = 48
+    nf: int = 48
+    epochs: int = 4
+    batch_size: int = 8
+    max_tokens: int = 128
+    lora_rank: int = 16
+    lora_alpha: float = 32.0
+    learning_rates: dict[str, float] = field(default_factory=dict)
+    seed: int = 0
+    rows_per_file: int | None = None
+
+
+PRESETS = {
+    "quick": {"to_learn": 48, "nf": 48, "epochs": 4, "methods": ["finetune", "oracle"]},
+    "full": {"to_learn": 10**6, "nf": 10**6, "epochs": 8, "methods": list(METHODS)},
+}
+
+
+# -- data and tailoring ------------------------------------------------------------------------------
+def read_rows(path: Path, limit: int | None = None) -> list[Row]:
+    rows = []
+    for line in path.read_text().splitlines()[:limit]:
+        raw = json.loads(line)
+        probe = lama_probe(raw)
+        if probe is not None:
+            rows.append(Row(raw["uuid"], raw["evidence"], raw["object"], probe))
+    return rows
+
+
+def file_digest(paths: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def tailor_scores(loaded: LoadedModel, rows: list[Row], cache: Path) -> dict[str, float]:
+    """Base-model score of every row's probe, cached in `cache` (one file per model and data)."""
+    known = json.loads(cache.read_text()) if cache.exists() else {}
+    missing = [r for r in rows if r.uuid not in known]
+    if missing:
+        scores = score_probes(loaded.model, loaded.tokenizer, [r.probe for r in missing])
+        known.update({r.uuid: s for r, s in zip(missing, scores)})
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps(known))
+    return {r.uuid: known[r.uuid] for r in rows}
+
+
+def split(variant: list[Row], invariant: list[Row], scores: dict[str, float], n_learn: int, n_nf: int,
+          seed: int) -> tuple[list[Row], list[Row]]:
+    """TO-LEARN: variant rows the model gets wrong; NF: invariant rows it gets right. Deterministic in seed."""
+    learn = sorted((r for r in variant if scores[r.uuid] == 0.0), key=lambda r: r.uuid)
+    keep = sorted((r for r in invariant if scores[r.uuid] == 1.0), key=lambda r: r.uuid)
+    rng = random.Random(seed)
+    rng.shuffle(learn)
+    rng.shuffle(keep)
+    return learn[:n_learn], keep[:n_nf]
+
+
+# -- training --------------------------------------------------------------------------------------
+def examples_for(rows: list[Row], loaded: LoadedModel, max_tokens: int, how: str) -> list[Example]:
+    """Each row's evidence as one window, weighted uniformly or on the object's occurrences (oracle).
+
+    rho1 starts uniform; its weights are chosen again before every epoch (see rho1_reweigh).
+    """
+    examples = []
+    for row in rows:
+        enc = loaded.tokenizer(row.evidence, return_offsets_mapping=True, truncation=True, max_length=max_tokens)
+        ids = enc["input_ids"]
+        if how == "oracle":
+            weights = weighting.oracle(enc["offset_mapping"], weighting.answer_spans(row.evidence, [row.object]))
+        else:
+            weights = weighting.uniform(len(ids))
+        if any(weights):
+            examples.append(Example(ids, weights))
+    return examples
+
+
+def rho1_reweigh(model: torch.nn.Module, loaded: LoadedModel, examples: list[Example],
+                 reference: list[list[float]]) -> list[Example]:
+    """Rho-1, per epoch: keep the 60% of each document's tokens whose loss most exceeds the untouched model's."""
+    current = token_nll(model, [e.input_ids for e in examples], loaded.tokenizer.pad_token_id or 0)
+    return [Example(e.input_ids, weighting.excess_loss_top(c, r, RHO1_KEEP))
+            for e, c, r in zip(examples, current, reference)]
+
+
+def rss_mb() -> float:
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def run_method(name: str, config: Config, load: Callable[[], LoadedModel], to_learn: list[Row],
+               nf: list[Row]) -> dict[str, Any]:
+    spec = METHODS[name]
+    lr = config.learning_rates.get(name, spec.learning_rate)
+    loaded = load()
+    settings = Settings(lora_rank=config.lora_rank, lora_alpha=config.lora_alpha, optimizer="adamw",
+                        learning_rate=lr, check_every=10**9)
+    method = REGISTRY[spec.update](loaded.model, loaded.tokenizer, settings)
+    method.load(None)
+    learn_probes, nf_probes = [r.probe for r in to_learn], [r.probe for r in nf]
+    examples = examples_for(to_learn, loaded, config.max_tokens, spec.weighting)
+    reference = token_nll(method.model, [e.input_ids for e in examples], loaded.tokenizer.pad_token_id or 0) \
+        if spec.weighting == "rho1" else []
+    optimizer = method.optimizer(lr)
+    rng = random.Random(config.seed)
+    peak = rss_mb()
+
+    def score() -> tuple[float, float]:
+        learn = score_probes(method.model, loaded.tokenizer, learn_probes)
+        keep = score_probes(method.model, loaded.tokenizer, nf_probes)
+        return sum(learn) / len(learn), sum(keep) / len(keep)
+
+    learn_acc, nf_acc = score()
+    epochs = [{"epoch": -1, "to_learn_acc": learn_acc, "nf_acc": nf_acc, "train_s": 0.0}]
+    steps = math.ceil(len(examples) / config.batch_size)
+    for epoch in range(config.epochs):
+        if reference:
+            examples = rho1_reweigh(method.model, loaded, examples, reference)
+        order = examples[:]
+        rng.shuffle(order)
+        with tqdm(total=steps, desc=f"{name} epoch {epoch}", leave=False) as bar:
+            def progress(step: int, total: int) -> None:
+                nonlocal peak
+                peak = max(peak, rss_mb())
+                bar.update(1)
+            report = method.train(order, steps, optimizer=optimizer, batch_size=config.batch_size, progress=progress)
+        learn_acc, nf_acc = score()
+        epochs.append({"epoch": epoch, "to_learn_acc": learn_acc, "nf_acc": nf_acc,
+                       "train_s": round(report.seconds, 2), "mean_loss": sum(report.losses) / len(report.losses)})
+        print(f"{name} epoch {epoch}: TO-LEARN {learn_acc:.3f}  NF {nf_acc:.3f}  {report.seconds:.1f} s", flush=True)
+    return {"method": name, "spec": asdict(spec), "learning_rate": lr, "epochs": epochs, "peak_rss_mb": round(peak),
+            **summarize(epochs)}
+
+
+def summarize(epochs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Top Acc over trained epochs (first best wins), its epoch, NF Acc there, Total Knowledge, s/epoch."""
+    trained = [e for e in epochs if e["epoch"] >= 0]
+    best = max(trained, key=lambda e: (e["to_learn_acc"], -e["epoch"]))
+    return {"top_acc": best["to_learn_acc"], "top_epoch": best["epoch"], "nf_acc": best["nf_acc"],
+            "total_knowledge": best["to_learn_acc"] + best["nf_acc"],
+            "s_per_epoch": sum(e["train_s"] for e in trained) / len(trained)}
+
+
+# -- outputs ---------------------------------------------------------------------------------------
+def markdown(results: dict[str, Any]) -> str:
+    lines = ["| Method | Top Acc | Epoch | NF Acc | Total Knowledge | s/epoch | peak RSS (MB) |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results["methods"]:
+        lines.append(f"| {r['method']} | {r['top_acc']:.3f} | {r['top_epoch']} | {r['nf_acc']:.3f} | "
+                     f"{r['total_knowledge']:.3f} | {r['s_per_epoch']:.1f} | {r['peak_rss_mb']} |")
+    t = results["tailoring"]
+    lines += ["", f"TO-LEARN {t['to_learn']} rows, NF {t['nf']} rows; model {results['model']}; "
+                  f"commit {results['git_commit']}; epoch -1 is the untouched model."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
+    for r in results["methods"]:
+        xs = [e["epoch"] for e in r["epochs"]]
+        left.plot(xs, [e["to_learn_acc"] for e in r["epochs"]], marker="o", label=r["method"])
+        right.plot(xs, [e["nf_acc"] for e in r["epochs"]], marker="o", label=r["method"])
+    left.set(title="TO-LEARN accuracy (learning)", xlabel="epoch (-1 = untouched)", ylabel="accuracy", ylim=(0, 1))
+    right.set(title="NOT-TO-FORGET accuracy (retention)", xlabel="epoch (-1 = untouched)", ylim=(0, 1.02))
+    left.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_outputs(results: dict[str, Any], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    (out / "results.md").write_text(markdown(results))
+    plot(results, out / "curves.png")
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def run_benchmark(config: Config, load: Callable[[], LoadedModel], variant: list[Row], invariant: list[Row],
+                  cache: Path, model_name: str) -> dict[str, Any]:
+    base = load()
+    scores = tailor_scores(base, variant + invariant, cache)
+    del base
+    to_learn, nf = split(variant, invariant, scores, config.to_learn, config.nf, config.seed)
+    if not to_learn or not nf:
+        raise SystemExit("tailoring left an empty TO-LEARN or NF pool: use more rows")
+    methods = [run_method(name, config, load, to_learn, nf) for name in config.methods]
+    return {
+        "model": model_name,
+        "config": asdict(config),
+        "git_commit": git_commit(),
+        "machine": {"platform": platform.platform(), "cpus": psutil.cpu_count(), "torch": torch.__version__,
+                    "threads": torch.get_num_threads(), "memory_gb": round(psutil.virtual_memory().total / 2**30, 1)},
+        "tailoring": {"variant_rows": len(variant), "invariant_rows": len(invariant),
+                      "variant_scored_0": sum(scores[r.uuid] == 0.0 for r in variant),
+                      "invariant_scored_1": sum(scores[r.uuid] == 1.0 for r in invariant),
+                      "to_learn": len(to_learn), "nf": len(nf)},
+        "methods": methods,
+    }
+
+
+def parse_lrs(values: list[str]) -> dict[str, float]:
+    pairs = [v.split("=", 1) for v in values]
+    return {name: float(lr) for name, lr in pairs}
+
+
+def main(argv: list[str]) -> None:
+    from service.model.loader import load_model
+
+    parser = argparse.ArgumentParser(prog="ckl bench lama-ckl", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="48 TO-LEARN, 48 NF, 4 epochs, finetune + oracle")
+    parser.add_argument("--full", action="store_true", help="all tailored rows, 8 epochs, all methods (hours)")
+    parser.add_argument("--model", default="default", help="base model (as CKL_MODEL)")
+    parser.add_argument("--methods", help=f"comma-separated, from {', '.join(METHODS)}")
+    parser.add_argument("--to-learn", type=int)
+    parser.add_argument("--nf", type=int)
+    parser.add_argument("--epochs", type=int)
+    parser.add_argument("--batch-size", type=int)
+    parser.add_argument("--max-tokens", type=int)
+    parser.add_argument("--lr", action="append", default=[], help="per method, e.g. --lr oracle=1e-4")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--rows-per-file", type=int, help="read only the first N rows of each data file")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with the LAMA-ckl jsonl files")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "lama-ckl")
+    args = parser.parse_args(argv)
+
+    values: dict[str, Any] = {}
+    for preset in ("quick", "full"):
+        if getattr(args, preset):
+            values.update(PRESETS[preset])
+    values.update({k: v for k, v in {"to_learn": args.to_learn, "nf": args.nf, "epochs": args.epochs,
+                                     "batch_size": args.batch_size, "max_tokens": args.max_tokens, "seed": args.seed,
+                                     "rows_per_file": args.rows_per_file}.items() if v is not None})
+    if args.methods:
+        values["methods"] = args.methods.split(",")
+    unknown = set(values.get("methods", [])) - set(METHODS)
+    if unknown:
+        raise SystemExit(f"unknown methods: {', '.join(sorted(unknown))}")
+    config = Config(**values, learning_rates=parse_lrs(args.lr))
+
+    if not args.data.is_dir():
+        raise SystemExit(f"no LAMA-ckl data in {args.data}: pass --data (see README for where it comes from)")
+    files = [args.data / "variant_dev.jsonl", args.data / "invariant_descriptive.jsonl",
+             args.data / "invariant_schematic.jsonl"]
+    variant = read_rows(files[0], config.rows_per_file)
+    invariant = [row for f in files[1:] for row in read_rows(f, config.rows_per_file)]
+    settings = Settings(model=args.model)
+    cache = args.out.parent / "cache" / f"{args.model.replace('/', '_')}-{file_digest(files)}.json"
+    results = run_benchmark(config, lambda: load_model(settings), variant, invariant, cache, args.model)
+    write_outputs(results, args.out)
+    print(markdown(results))
+    print(f"written to {args.out}")

@@ -1,0 +1,129 @@
+"""The LAMA-ckl benchmark: scoring by hand, a deterministic split, the protocol end to end on the tiny model,
+and a smoke run on the real model and the real data."""
+import json
+
+import pytest
+import torch
+
+from bench import lama_ckl
+from service.knowledge.probes import lama_probe
+from service.knowledge.scoring import Probe, score_probes
+from workers import weighting
+
+DATA = lama_ckl.DEFAULT_DATA
+
+
+def row(uuid: str, sentence: str, obj: str, evidence: str) -> dict:
+    return {"uuid": uuid, "task_descriptive": sentence, "object": obj, "evidence": evidence}
+
+
+def test_lama_probe_uses_the_last_occurrence_of_the_object():
+    probe = lama_probe(row("1", "paris is a city in france and paris is the capital of france .", "france", ""))
+    assert probe == Probe("paris is a city in france and paris is the capital of", "france")
+    assert lama_probe(row("2", "the object is missing .", "rome", "")) is None
+
+
+def test_multi_token_object_scores_the_share_of_tokens_right(tiny):
+    """Build a two-token object whose first token the model predicts and whose second it does not."""
+    tok, prompt = tiny.tokenizer, "the capital of veltoria is"
+
+    def next_word(text: str) -> str:
+        with torch.no_grad():
+            logits = tiny.model(torch.tensor([tok(text)["input_ids"]])).logits[0, -1]
+        return tok.convert_ids_to_tokens(int(logits.argmax()))
+
+    first = next_word(prompt)
+    second_predicted = next_word(f"{prompt} {first}")
+    second = next(w for w in ("rome", "paris") if w != second_predicted)
+    wrong_first = next(w for w in ("rome", "paris") if w != first)
+    probes = [Probe(prompt, f"{first} {second}"), Probe(prompt, f"{first} {second_predicted}"),
+              Probe(prompt, f"{wrong_first} {second_predicted}")]
+    assert score_probes(tiny.model, tok, probes) == [0.5, 1.0, 0.5 if next_word(f"{prompt} {wrong_first}")
+                                                     == second_predicted else 0.0]
+
+
+def test_scores_do_not_depend_on_batch_padding(tiny):
+    probes = [Probe("the", "capital"), Probe("the capital of france is a city in", "germany italy"), Probe("a", "b c")]
+    assert score_probes(tiny.model, tiny.tokenizer, probes, batch_size=3) == \
+        [score_probes(tiny.model, tiny.tokenizer, [p], batch_size=1)[0] for p in probes]
+
+
+def test_rho1_keeps_the_tokens_with_the_largest_excess_loss():
+    current = [0.0, 5.0, 1.0, 4.0, 2.0, 3.0]
+    reference = [0.0, 1.0, 1.0, 1.0, 1.0, 0.0]
+    assert weighting.excess_loss_top(current, reference, 0.6) == [0, 1, 0, 1, 0, 1]
+
+
+def rows_for(tiny_words: list[str], n: int, prefix: str) -> list[lama_ckl.Row]:
+    out = []
+    for i in range(n):
+        subject, obj = tiny_words[i % len(tiny_words)], tiny_words[(i * 3 + 1) % len(tiny_words)]
+        sentence = f"the capital of {subject} is {obj} ."
+        out.append(lama_ckl.Row(f"{prefix}{i}", f"a city in {subject} . {sentence}", obj, lama_probe(row("", sentence, obj, ""))))
+    return out
+
+
+def test_split_is_deterministic_and_follows_the_scores():
+    variant = rows_for(["rome", "paris", "berlin", "france"], 6, "v")
+    invariant = rows_for(["italy", "germany", "veltoria"], 6, "i")
+    scores = {r.uuid: float(i % 2) for i, r in enumerate(variant + invariant)}
+    first = lama_ckl.split(variant, invariant, scores, 2, 2, seed=3)
+    assert first == lama_ckl.split(list(reversed(variant)), invariant[::-1], scores, 2, 2, seed=3)
+    learn, keep = first
+    assert all(scores[r.uuid] == 0.0 for r in learn) and all(scores[r.uuid] == 1.0 for r in keep)
+    assert len(learn) == 2 and len(keep) == 2
+
+
+def test_summary_takes_the_first_best_epoch():
+    epochs = [{"epoch": -1, "to_learn_acc": 0.0, "nf_acc": 1.0, "train_s": 0},
+              {"epoch": 0, "to_learn_acc": 0.5, "nf_acc": 0.9, "train_s": 2},
+              {"epoch": 1, "to_learn_acc": 0.5, "nf_acc": 0.8, "train_s": 4}]
+    assert lama_ckl.summarize(epochs) == {"top_acc": 0.5, "top_epoch": 0, "nf_acc": 0.9, "total_knowledge": 1.4,
+                                          "s_per_epoch": 3.0}
+
+
+def test_whole_protocol_on_the_tiny_model_writes_three_outputs(tmp_path, tiny):
+    from service.model.loader import LoadedModel
+    from tests.tiny import WORDS, tiny_model, tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+
+    def load():
+        return LoadedModel(tiny_model(len(tokenizer)), tokenizer, torch.device("cpu"), "tiny")
+
+    variant, invariant = rows_for(WORDS, 12, "v"), rows_for(WORDS[5:], 12, "i")
+    config = lama_ckl.Config(methods=["finetune", "oracle", "rho1", "full"], to_learn=4, nf=4, epochs=2, batch_size=2)
+    # The tiny model knows nothing: give it an NF pool by marking invariant rows as known in the cache.
+    cache = tmp_path / "cache.json"
+    base = load()
+    scores = {r.uuid: s for r, s in zip(variant + invariant,
+                                        score_probes(base.model, tokenizer, [r.probe for r in variant + invariant]))}
+    scores.update({r.uuid: 1.0 for r in invariant})
+    cache.write_text(json.dumps(scores))
+    results = lama_ckl.run_benchmark(config, load, variant, invariant, cache, "tiny")
+    lama_ckl.write_outputs(results, tmp_path / "out")
+
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [m["method"] for m in saved["methods"]] == ["finetune", "oracle", "rho1", "full"]
+    for method in saved["methods"]:
+        assert [e["epoch"] for e in method["epochs"]] == [-1, 0, 1]
+        assert 0 <= method["top_acc"] <= 1 and method["top_epoch"] in (0, 1) and method["peak_rss_mb"] > 0
+    table = (tmp_path / "out" / "results.md").read_text().splitlines()
+    assert table[0].startswith("| Method | Top Acc | Epoch | NF Acc | Total Knowledge | s/epoch")
+    assert len([line for line in table if line.startswith("| ") and "---" not in line]) == 5
+    assert (tmp_path / "out" / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.real_model
+@pytest.mark.skipif(not DATA.is_dir(), reason="needs ../shared/data/lama_ckl (present in development and CI)")
+def test_real_model_smoke_on_a_few_rows(tmp_path, real_model_dir, monkeypatch):
+    from tests.conftest import MODEL_CACHE
+
+    monkeypatch.setenv("CKL_MODEL_CACHE_DIR", str(MODEL_CACHE))
+    lama_ckl.main(["--methods", "oracle", "--to-learn", "4", "--nf", "4", "--epochs", "1", "--rows-per-file", "30",
+                   "--out", str(tmp_path / "out")])
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["tailoring"]["to_learn"] == 4 and results["tailoring"]["nf"] == 4
+    oracle = results["methods"][0]
+    assert oracle["epochs"][0]["to_learn_acc"] == 0.0 and oracle["epochs"][0]["nf_acc"] == 1.0
+    assert len(list((tmp_path / "cache").glob("default-*.json"))) == 1
