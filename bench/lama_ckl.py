@@ -231,6 +231,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
     for r in results["methods"]:
@@ -240,6 +241,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     left.set(title="TO-LEARN accuracy (learning)", xlabel="epoch (-1 = untouched)", ylabel="accuracy", ylim=(0, 1))
     right.set(title="NOT-TO-FORGET accuracy (retention)", xlabel="epoch (-1 = untouched)", ylim=(0, 1.02))
     left.legend()
+    left.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -73,7 +73,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
         settings = settings_from(args)
         print("loading the model...", file=sys.stderr, flush=True)
         loaded = load_model(settings, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
-        serving = ServingModel(loaded, lora_config(settings.lora_rank, settings.lora_alpha))
+        serving = ServingModel(loaded, lora_config(settings.lora_rank, settings.lora_alpha, settings.lora_targets))
         versions = VersionStore(settings.data_dir / "versions")
         if version := versions.current():  # answer with the knowledge committed in this data folder
             serving.install(version, versions.load_delta(version), config_from_dict(versions.manifest(version)["lora"]))

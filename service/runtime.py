@@ -50,7 +50,7 @@ class Runtime:
         try:
             s = self.settings
             loaded = load_model(s, progress=lambda msg: log.warning(msg))
-            serving = ServingModel(loaded, adapter.lora_config(s.lora_rank, s.lora_alpha))
+            serving = ServingModel(loaded, adapter.lora_config(s.lora_rank, s.lora_alpha, s.lora_targets))
             self.suites.ensure_nf_suite(
                 s.model, lambda probes: serving.run(0, lambda m: score_probes(m, serving.tokenizer, probes)))
             self._install(self.versions.current(), serving)

@@ -43,6 +43,8 @@ class Settings(BaseSettings):
     # Update method defaults (chosen by `ckl bench teach`; see README).
     lora_rank: int = Field(8, gt=0)
     lora_alpha: float = Field(16.0, gt=0)
+    # Which projections carry the adapter (JSON list in the environment); empty: all attention and MLP ones.
+    lora_targets: list[str] = Field(default_factory=list)
     optimizer: Literal["adamw", "sgd"] = "adamw"
     learning_rate: float = Field(5e-5, gt=0)
     max_steps: int = Field(32, gt=0)

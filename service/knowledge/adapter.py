@@ -14,18 +14,17 @@ from transformers import PreTrainedModel
 TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def lora_config(rank: int, alpha: float) -> LoraConfig:
-    return LoraConfig(
-        r=rank, lora_alpha=alpha, lora_dropout=0.0, bias="none", target_modules=TARGET_MODULES, task_type="CAUSAL_LM"
-    )
+def lora_config(rank: int, alpha: float, targets: list[str] | None = None) -> LoraConfig:
+    return LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, bias="none",
+                      target_modules=list(targets or TARGET_MODULES), task_type="CAUSAL_LM")
 
 
 def config_to_dict(config: LoraConfig) -> dict[str, Any]:
-    return {"rank": config.r, "alpha": config.lora_alpha}
+    return {"rank": config.r, "alpha": config.lora_alpha, "targets": sorted(config.target_modules)}
 
 
 def config_from_dict(data: dict[str, Any]) -> LoraConfig:
-    return lora_config(int(data["rank"]), float(data["alpha"]))
+    return lora_config(int(data["rank"]), float(data["alpha"]), data.get("targets"))
 
 
 def attach(model: PreTrainedModel, config: LoraConfig, name: str) -> PeftModel:

@@ -26,7 +26,7 @@ class AdapterMethod(UpdateMethod):
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: Settings) -> None:
         super().__init__(model, tokenizer, settings)
-        self.config = adapter.lora_config(settings.lora_rank, settings.lora_alpha)
+        self.config = adapter.lora_config(settings.lora_rank, settings.lora_alpha, settings.lora_targets)
         torch.manual_seed(0)  # the A matrices of version 0 are the same in every worker
         self.peft = adapter.attach(model, self.config, ADAPTER)
         self._initial = adapter.read_state(self.peft, ADAPTER)
