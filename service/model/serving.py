@@ -35,6 +35,7 @@ class ServingModel:
         self._lock = threading.Lock()
         self._pins: Counter[int] = Counter()
         self._loaded: set[int] = {0}
+        self._active = 0  # the adapter PEFT has active; switching walks every layer, so only on change
         self.current = 0
 
     def install(self, version: int, state: dict[str, torch.Tensor] | None, config: LoraConfig | None) -> None:
@@ -54,6 +55,8 @@ class ServingModel:
             if version not in (0, self.current) and self._pins[version] == 0:
                 self.peft.delete_adapter(adapter_name(version))
                 self._loaded.discard(version)
+                if self._active == version:  # PEFT fell back to another adapter: force a switch next time
+                    self._active = -1
 
     @contextmanager
     def pinned(self) -> Iterator[int]:
@@ -70,5 +73,7 @@ class ServingModel:
     def run(self, version: int, fn: Callable[[PeftModel], T]) -> T:
         """Run fn on the model with `version`'s adapter active; one call is one decoding step."""
         with self._lock, torch.inference_mode():
-            self.peft.base_model.set_adapter(adapter_name(version))
+            if version != self._active:
+                self.peft.base_model.set_adapter(adapter_name(version))
+                self._active = version
             return fn(self.peft)
