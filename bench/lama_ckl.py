@@ -20,7 +20,6 @@ import math
 import platform
 import random
 import subprocess
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from service.documents import DocumentStore
 from service.knowledge import adapter
 from service.knowledge.probes import ProbeSuites
-from service.knowledge.scoring import Probe, score_probes
+from service.knowledge.scoring import score_probes
 from service.knowledge.versions import VersionStore
 from service.model.loader import load_model
 from service.model.serving import ServingModel
@@ -35,15 +35,6 @@ class Runtime:
     def create(cls, settings: Settings) -> Runtime:
         root = settings.data_dir
         return cls(settings, DocumentStore(root), VersionStore(root / "versions"), ProbeSuites(root / "probes"))
-
-    @property
-    def ready(self) -> bool:
-        return self.serving is not None
-
-    def score(self, version: int, probes: list[Probe]) -> list[float]:
-        assert self.serving is not None
-        serving = self.serving
-        return serving.run(version, lambda m: score_probes(m, serving.tokenizer, probes))
 
     def start(self, run_job: Callable[[str], None] | None) -> None:
         """Load the model and start the queue and the version watcher (runs in a background thread)."""

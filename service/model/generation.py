@@ -70,7 +70,7 @@ def generate(serving: ServingModel, prompt_ids: list[int], params: SamplingParam
         for _ in range(params.max_new_tokens):
             out = serving.run(
                 version,
-                lambda m: m(input_ids=step_input, cache=cache, use_cache=True, logits_to_keep=1),
+                lambda m, ids=step_input, past=cache: m(input_ids=ids, cache=past, use_cache=True, logits_to_keep=1),
             )
             cache = out.cache
             token = sample_token(out.logits[0, -1].float().cpu(), params.temperature, params.top_p, generator)
