@@ -112,7 +112,11 @@ def create_app(settings: Settings, run_job: Callable[[str], None] | None = None)
         except IdempotencyConflict as exc:
             raise ApiError(409, "idempotency_conflict", str(exc)) from exc
         if new:
-            job_id = runtime.queue.enqueue(record["document_id"], 0)
+            try:
+                job_id = runtime.queue.enqueue(record["document_id"], 0)
+            except Exception as exc:  # e.g. Redis is down: not accepted, and the record says so
+                runtime.documents.update(record["document_id"], status="failed", error=f"not queued: {exc}")
+                raise ApiError(503, "queue_unavailable", f"the job queue is unavailable: {exc}") from exc
             record = runtime.documents.update(record["document_id"], job_id=job_id)
         return DocumentAccepted(document_id=record["document_id"], job_id=record["job_id"], status=record["status"],
                                 status_url=f"/documents/{record['document_id']}")
