@@ -77,6 +77,7 @@ class Config:
     lora_rank: int = 16
     lora_alpha: float = 32.0
     learning_rates: dict[str, float] = field(default_factory=dict)
+    max_grad_norm: float = 1.0
     seed: int = 0
     rows_per_file: int | None = None
 
@@ -165,7 +166,7 @@ def run_method(name: str, config: Config, load: Callable[[], LoadedModel], to_le
     lr = config.learning_rates.get(name, spec.learning_rate)
     loaded = load()
     settings = Settings(lora_rank=config.lora_rank, lora_alpha=config.lora_alpha, optimizer="adamw",
-                        learning_rate=lr, check_every=10**9)
+                        learning_rate=lr, check_every=10**9, max_grad_norm=config.max_grad_norm)
     method = REGISTRY[spec.update](loaded.model, loaded.tokenizer, settings)
     method.load(None)
     learn_probes, nf_probes = [r.probe for r in to_learn], [r.probe for r in nf]
@@ -304,6 +305,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--max-tokens", type=int)
     parser.add_argument("--lr", action="append", default=[], help="per method, e.g. --lr oracle=1e-4")
     parser.add_argument("--seed", type=int)
+    parser.add_argument("--max-grad-norm", type=float, help="gradient clipping (0: none; default 1.0)")
     parser.add_argument("--rows-per-file", type=int, help="read only the first N rows of each data file")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with the LAMA-ckl jsonl files")
     parser.add_argument("--out", type=Path, default=ROOT / "bench-results" / "lama-ckl")
@@ -315,6 +317,7 @@ def main(argv: list[str]) -> None:
             values.update(PRESETS[preset])
     values.update({k: v for k, v in {"to_learn": args.to_learn, "nf": args.nf, "epochs": args.epochs,
                                      "batch_size": args.batch_size, "max_tokens": args.max_tokens, "seed": args.seed,
+                                     "max_grad_norm": args.max_grad_norm,
                                      "rows_per_file": args.rows_per_file}.items() if v is not None})
     if args.methods:
         values["methods"] = args.methods.split(",")

@@ -21,8 +21,6 @@ from service.knowledge.scoring import logits_at, pad_batch, weighted_nll
 from service.settings import Settings
 
 Progress = Callable[[int, int], None]
-# A new fact starts at a loss near 15 nats: unclipped gradients blow plain SGD up.
-MAX_GRAD_NORM = 1.0
 
 
 @dataclass
@@ -121,7 +119,8 @@ class UpdateMethod(ABC):
                 loss = self.loss(batch)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
+                if self.settings.max_grad_norm:
+                    torch.nn.utils.clip_grad_norm_(params, self.settings.max_grad_norm)
                 optimizer.step()
             report.steps = step + 1
             report.losses.append(round(float(loss.detach()), 4))
