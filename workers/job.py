@@ -55,6 +55,10 @@ def requeue_interrupted(settings: Settings, queue: RQQueue) -> list[str]:
         attempt = record["attempts"]
         if record["status"] == "queued" and record["job_id"] and queue.has_job(record["job_id"]):
             continue
+        if attempt > settings.job_retries:  # the worker died on it every time: stop trying
+            documents.update(record["document_id"], status="failed",
+                             error=f"the worker stopped during all {attempt} attempts")
+            continue
         job_id = queue.enqueue(record["document_id"], attempt + 1)
         documents.update(record["document_id"], status="queued", job_id=job_id)
         requeued.append(record["document_id"])
