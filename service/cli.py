@@ -11,13 +11,12 @@ from typing import Any
 DEFAULT_URL = "http://127.0.0.1:8000"
 
 
-def settings_from(args: argparse.Namespace, **extra: Any):
+def settings_from(args: argparse.Namespace):
+    """Settings from the environment, overridden by the flags the command was given."""
     from service.settings import Settings
 
-    overrides = {k: v for k, v in {"data_dir": getattr(args, "data_dir", None), "host": getattr(args, "host", None),
-                                   "port": getattr(args, "port", None), "model": getattr(args, "model", None),
-                                   "redis_url": getattr(args, "redis_url", None), **extra}.items() if v is not None}
-    return Settings(**overrides)
+    flags = ("data_dir", "host", "port", "model", "redis_url")
+    return Settings(**{k: v for k in flags if (v := getattr(args, k, None)) is not None})
 
 
 def cmd_serve(args: argparse.Namespace) -> None:

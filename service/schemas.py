@@ -9,7 +9,7 @@ METHODS = ("adapter",)
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=False)
+    model_config = ConfigDict(extra="forbid")
 
 
 def not_blank(value: str) -> str:
