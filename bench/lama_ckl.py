@@ -282,7 +282,8 @@ def run_benchmark(config: Config, load: Callable[[], LoadedModel], variant: list
         "tailoring": {"variant_rows": len(variant), "invariant_rows": len(invariant),
                       "variant_scored_0": sum(scores[r.uuid] == 0.0 for r in variant),
                       "invariant_scored_1": sum(scores[r.uuid] == 1.0 for r in invariant),
-                      "to_learn": len(to_learn), "nf": len(nf)},
+                      "to_learn": len(to_learn), "nf": len(nf),
+                      "to_learn_uuids": [r.uuid for r in to_learn], "nf_uuids": [r.uuid for r in nf]},
         "methods": methods,
     }
 

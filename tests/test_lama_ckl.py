@@ -124,6 +124,7 @@ def test_real_model_smoke_on_a_few_rows(tmp_path, real_model_dir, monkeypatch):
                    "--out", str(tmp_path / "out")])
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["tailoring"]["to_learn"] == 4 and results["tailoring"]["nf"] == 4
+    assert len(set(results["tailoring"]["to_learn_uuids"])) == 4 and len(results["tailoring"]["nf_uuids"]) == 4
     oracle = results["methods"][0]
     assert oracle["epochs"][0]["to_learn_acc"] == 0.0 and oracle["epochs"][0]["nf_acc"] == 1.0
     assert len(list((tmp_path / "cache").glob("default-*.json"))) == 1
