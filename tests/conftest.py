@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench.server import free_port
 from service.model.loader import LoadedModel
 from tests.tiny import tiny_model, tiny_tokenizer
 
@@ -35,12 +35,6 @@ def real_model_dir() -> Path:
     from service.model.loader import default_model_path
 
     return default_model_path(MODEL_CACHE)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Proc:
