@@ -63,19 +63,18 @@ def cmd_generate(args: argparse.Namespace) -> None:
         if response.status_code != 200:
             sys.exit(json.dumps(result, indent=2))
     else:
-        from service.knowledge.adapter import config_from_dict, lora_config
+        from service.knowledge.adapter import lora_config
         from service.knowledge.versions import VersionStore
         from service.model.generation import SamplingParams, generate
         from service.model.loader import load_model
-        from service.model.serving import ServingModel
+        from service.model.serving import ServingModel, install_committed
 
         settings = settings_from(args)
         print("loading the model...", file=sys.stderr, flush=True)
         loaded = load_model(settings, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
         serving = ServingModel(loaded, lora_config(settings.lora_rank, settings.lora_alpha, settings.lora_targets))
         versions = VersionStore(settings.data_dir / "versions")
-        if version := versions.current():  # answer with the knowledge committed in this data folder
-            serving.install(version, versions.load_delta(version), config_from_dict(versions.manifest(version)["lora"]))
+        install_committed(serving, versions, versions.current())  # the knowledge committed in this data folder
         ids = loaded.tokenizer(args.prompt)["input_ids"]
         result = vars(generate(serving, ids, SamplingParams(args.max_new_tokens, args.temperature, args.top_p, (),
                                                             args.seed)))

@@ -12,7 +12,7 @@ from service.knowledge.probes import ProbeSuites
 from service.knowledge.scoring import score_probes
 from service.knowledge.versions import VersionStore
 from service.model.loader import load_model
-from service.model.serving import ServingModel
+from service.model.serving import ServingModel, install_committed
 from service.queue import VERSION_CHANNEL, InProcessQueue, JobQueue, RQQueue
 from service.settings import Settings
 
@@ -61,11 +61,7 @@ class Runtime:
             self.error = f"{type(exc).__name__}: {exc}"
 
     def _install(self, version: int, serving: ServingModel) -> None:
-        if version == 0:
-            serving.install(0, None, None)
-            return
-        manifest = self.versions.manifest(version)
-        serving.install(version, self.versions.load_delta(version), adapter.config_from_dict(manifest["lora"]))
+        install_committed(serving, self.versions, version)
         log.warning("serving knowledge version %d", version)
 
     def _watch(self) -> None:

@@ -17,6 +17,7 @@ import torch
 from peft import LoraConfig, PeftModel
 
 from service.knowledge import adapter
+from service.knowledge.versions import VersionStore
 from service.model.loader import LoadedModel
 
 T = TypeVar("T")
@@ -77,3 +78,12 @@ class ServingModel:
                 self.peft.base_model.set_adapter(adapter_name(version))
                 self._active = version
             return fn(self.peft)
+
+
+def install_committed(serving: ServingModel, versions: VersionStore, version: int) -> None:
+    """Make a committed version of the store current on the served model (its delta checked by hash)."""
+    if version == 0:
+        serving.install(0, None, None)
+        return
+    manifest = versions.manifest(version)
+    serving.install(version, versions.load_delta(version), adapter.config_from_dict(manifest["lora"]))
