@@ -106,6 +106,15 @@ def file_digest(paths: list[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
+def data_files(folder: Path) -> list[Path]:
+    """variant_dev (TO-LEARN pool) first, then the two invariant files."""
+    return [folder / "variant_dev.jsonl", folder / "invariant_descriptive.jsonl", folder / "invariant_schematic.jsonl"]
+
+
+def tailoring_cache(results_root: Path, model: str, files: list[Path]) -> Path:
+    return results_root / "cache" / f"{model.replace('/', '_')}-{file_digest(files)}.json"
+
+
 def tailor_scores(loaded: LoadedModel, rows: list[Row], cache: Path) -> dict[str, float]:
     """Base-model score of every row's probe, cached in `cache` (one file per model and data)."""
     known = json.loads(cache.read_text()) if cache.exists() else {}
@@ -331,12 +340,11 @@ def main(argv: list[str]) -> None:
 
     if not args.data.is_dir():
         raise SystemExit(f"no LAMA-ckl data in {args.data}: pass --data (see README for where it comes from)")
-    files = [args.data / "variant_dev.jsonl", args.data / "invariant_descriptive.jsonl",
-             args.data / "invariant_schematic.jsonl"]
+    files = data_files(args.data)
     variant = read_rows(files[0], config.rows_per_file)
     invariant = [row for f in files[1:] for row in read_rows(f, config.rows_per_file)]
     settings = Settings(model=args.model)
-    cache = args.out.parent / "cache" / f"{args.model.replace('/', '_')}-{file_digest(files)}.json"
+    cache = tailoring_cache(args.out.parent, args.model, files)
     results = run_benchmark(config, lambda: load_model(settings), variant, invariant, cache, args.model)
     write_outputs(results, args.out)
     print(markdown(results))

@@ -156,6 +156,12 @@ def cmd_bench(args: argparse.Namespace) -> None:
     import_module(module).main(args.rest)
 
 
+def cmd_weights(args: argparse.Namespace) -> None:
+    from workers.attention import show
+
+    show.main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ckl", description="ckl-serve: a language-model server that keeps learning.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -207,6 +213,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--limit", type=int)
     c.set_defaults(func=cmd_calibrate)
 
+    sub.add_parser("train-attention", help="meta-train phi, the Train-Attention model (see its --help)")
+
+    p = sub.add_parser("weights", help="show the Train-Attention weight of every token of a text")
+    local(p)
+    p.add_argument("text", help="the text, or @FILE to read it from a file")
+    p.add_argument("--checkpoint", type=Path, help="a phi checkpoint (default: the packaged one for the model)")
+    p.add_argument("--png", type=Path, help="also write a heatmap image")
+    p.add_argument("--html", type=Path, help="also write an HTML page with the tokens shaded")
+    p.set_defaults(func=cmd_weights)
+
     p = sub.add_parser("bench", help="benchmarks that print numbers")
     p.add_argument("bench", choices=["generate", "teach", "lama-ckl"])
     p.add_argument("rest", nargs=argparse.REMAINDER)
@@ -215,6 +231,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["train-attention"]:  # its own parser, flags and --help included
+        from workers.attention import training
+
+        return training.main(argv[1:])
     args = build_parser().parse_args(argv)
     args.func(args)
 

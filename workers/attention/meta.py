@@ -1,0 +1,95 @@
+"""The meta-gradient that trains phi: how a document's token weights change what one update teaches.
+
+The inner update is one SGD step of the adapter (the LoRA tensors theta) on the token-weighted loss
+of the document; the outer loss is the updated model's NLL on the answer tokens of the document's
+task. Two ways to get d(outer)/d(weights):
+
+- exact: differentiate through the inner step (`torch.func.functional_call` over the adapter
+  tensors, `torch.autograd.grad(..., create_graph=True)`): one forward, a double backward.
+- first order: a token's usefulness is how much its loss falls when the adapter takes one step on
+  the task, `a_t = l_t(theta) - l_t(theta - lr * grad L_task(theta))`, which to first order is
+  `lr * <grad l_t, grad L_task>`, the alignment of the two gradients. For one inner step from theta,
+  d(outer)/d(w_t) = -(a_t - weighted mean of a) / sum(w) to first order, i.e. the gradient of
+  `-sum(w a) / sum(w)`. The alignments do not depend on phi, so they are computed once per pair
+  (a backward on the short task and two forwards on the document).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from service.knowledge.scoring import decoder_and_head
+
+Params = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A document and its task: token ids, and the task's ids with the index of its first answer token."""
+    doc_ids: list[int]
+    task_ids: list[int]
+    task_start: int
+
+
+def adapter_params(model: nn.Module) -> Params:
+    """The adapter's tensors, named relative to the decoder stack, as fresh leaves that need gradients."""
+    decoder, _, _ = decoder_and_head(model)
+    return {n: p.detach().clone().requires_grad_(True) for n, p in decoder.named_parameters() if "lora_" in n}
+
+
+def next_token_nll(model: nn.Module, params: Params, ids: list[int], first: int = 1) -> torch.Tensor:
+    """NLL of tokens ids[first:] given their prefix, under the model with the adapter set to `params`."""
+    decoder, head, softcap = decoder_and_head(model)
+    device = next(decoder.parameters()).device
+    x = torch.tensor([ids], device=device)
+    hidden = functional_call(decoder, params, args=(), kwargs={"input_ids": x, "use_cache": False}).last_hidden_state
+    logits = head(hidden[0, first - 1 : len(ids) - 1]).float()
+    if softcap:
+        logits = torch.tanh(logits / softcap) * softcap
+    return nn.functional.cross_entropy(logits, x[0, first:], reduction="none")
+
+
+def weighted_loss(model: nn.Module, params: Params, doc_ids: list[int], weights: torch.Tensor) -> torch.Tensor:
+    """sum_t w_t l_t / sum_t w_t over the predicted tokens (weights[0] is ignored)."""
+    w = weights[1:].to(next(iter(params.values())).device)
+    return (w * next_token_nll(model, params, doc_ids)).sum() / w.sum()
+
+
+def task_loss(model: nn.Module, params: Params, pair: Pair) -> torch.Tensor:
+    return next_token_nll(model, params, pair.task_ids, first=pair.task_start).mean()
+
+
+def sgd_step(params: Params, loss: torch.Tensor, lr: float, differentiable: bool) -> Params:
+    grads = torch.autograd.grad(loss, list(params.values()), create_graph=differentiable)
+    return {name: p - lr * g for (name, p), g in zip(params.items(), grads)}
+
+
+def exact_outer_loss(model: nn.Module, theta: Params, pair: Pair, weights: torch.Tensor, lr: float) -> torch.Tensor:
+    """The task loss after one weighted inner step from theta, differentiable in `weights` (second order)."""
+    updated = sgd_step(theta, weighted_loss(model, theta, pair.doc_ids, weights), lr, differentiable=True)
+    return task_loss(model, updated, pair)
+
+
+def outer_loss_after_step(model: nn.Module, theta: Params, pair: Pair, weights: torch.Tensor, lr: float) -> float:
+    """The same number without the meta-gradient: what validation reports."""
+    updated = sgd_step(theta, weighted_loss(model, theta, pair.doc_ids, weights.detach()), lr, differentiable=False)
+    with torch.no_grad():
+        return float(task_loss(model, updated, pair))
+
+
+def alignments(model: nn.Module, theta: Params, pair: Pair, lr: float) -> torch.Tensor:
+    """a_t for every token of the document (a_0 = 0: position 0 is never predicted)."""
+    stepped = sgd_step(theta, task_loss(model, theta, pair), lr, differentiable=False)
+    with torch.no_grad():
+        before = next_token_nll(model, theta, pair.doc_ids)
+        after = next_token_nll(model, stepped, pair.doc_ids)
+    return torch.cat([torch.zeros(1), (before - after).cpu()])
+
+
+def first_order_objective(weights: torch.Tensor, alignment: torch.Tensor) -> torch.Tensor:
+    """-sum(w a) / sum(w) over predicted tokens: its gradient in w is the first-order meta-gradient."""
+    w, a = weights[1:], alignment[1:].to(weights.device)
+    return -(w * a).sum() / w.sum()

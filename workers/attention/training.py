@@ -1,0 +1,276 @@
+"""`ckl train-attention`: meta-train phi on (evidence, task) pairs of LAMA-ckl.
+
+Data: only invariant rows (invariant_descriptive + invariant_schematic) that the base model gets
+wrong (tailoring score 0, the benchmark's own cached scores): never variant_dev (the TO-LEARN pool)
+nor the invariant rows it gets right (the NOT-TO-FORGET pool). The pairs are sorted by uuid and
+shuffled with the seed; the first `--val` are held out for validation, the rest train. The uuid
+lists' sha256 and the data files' sha256 go into the checkpoint.
+
+Per phi step, over a batch of pairs: weigh the document with phi, take one SGD step of a fresh
+adapter (LoRA on the frozen base model) on the weighted loss, score the task's answer tokens, and
+move phi along the meta-gradient (workers/attention/meta.py: `exact` or `first-order`). The trunk's
+features (and for first-order the alignments) are computed once and cached under --out, so an
+interrupted run resumes (`--resume`) from its last checkpoint without redoing them.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from bench import lama_ckl
+from service.knowledge.scoring import encode_probe
+from service.model.loader import LoadedModel, load_model
+from service.settings import Settings
+from workers import weighting
+from workers.attention import meta, phi
+from workers.methods.adapter import AdapterMethod
+
+VARIANTS = ("first-order", "exact")
+
+
+@dataclass
+class TrainConfig:
+    variant: str = "first-order"
+    steps: int = 400
+    batch: int = 16
+    lr: float = 1e-3  # phi's AdamW
+    inner_lr: float = 0.03  # the adapter's SGD step (both variants, and validation)
+    lora_rank: int = 16
+    lora_alpha: float = 32.0
+    max_tokens: int = 128
+    val: int = 48
+    val_outer: int = 16  # validation pairs that also get the (costly) outer loss after one step
+    validate_every: int = 50
+    checkpoint_every: int = 25
+    seed: int = 0
+
+
+@dataclass
+class MetaExample:
+    uuid: str
+    pair: meta.Pair
+    features: torch.Tensor  # [tokens, layers * hidden], from the frozen trunk
+    object_mask: torch.Tensor  # 1.0 on the object's tokens in the document (for validation only)
+
+
+# -- data ------------------------------------------------------------------------------------------
+def meta_rows(loaded: LoadedModel, data: Path, results_root: Path, model: str) -> tuple[list[lama_ckl.Row], dict]:
+    files = lama_ckl.data_files(data)
+    invariant = [row for f in files[1:] for row in lama_ckl.read_rows(f)]
+    scores = lama_ckl.tailor_scores(loaded, invariant, lama_ckl.tailoring_cache(results_root, model, files))
+    wrong = sorted((r for r in invariant if scores[r.uuid] == 0.0), key=lambda r: r.uuid)
+    provenance = {"files": {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in files[1:]},
+                  "rule": "invariant rows the base model scores 0 on (teacher-forced task_descriptive); "
+                          "variant_dev and invariant rows scored 1 are never used"}
+    return wrong, provenance
+
+
+def uuids_digest(rows: list[Any]) -> str:
+    return hashlib.sha256("\n".join(r.uuid for r in rows).encode()).hexdigest()
+
+
+def build_examples(loaded: LoadedModel, model: torch.nn.Module, rows: list[lama_ckl.Row], config: phi.PhiConfig,
+                   max_tokens: int, cache: Path) -> list[MetaExample]:
+    """Token ids, trunk features and object masks per row; the features are cached in `cache`."""
+    stored = torch.load(cache) if cache.exists() else {}
+    examples = []
+    for row in tqdm(rows, desc="trunk features", leave=False):
+        enc = loaded.tokenizer(row.evidence, return_offsets_mapping=True, truncation=True, max_length=max_tokens)
+        ids = enc["input_ids"]
+        task_ids, start = encode_probe(loaded.tokenizer, row.probe)
+        mask = weighting.oracle(enc["offset_mapping"], weighting.answer_spans(row.evidence, [row.object]))
+        if row.uuid not in stored:
+            stored[row.uuid] = phi.trunk_features(model, ids, config).half()
+        examples.append(MetaExample(row.uuid, meta.Pair(ids, task_ids, start), stored[row.uuid].float(),
+                                    torch.tensor(mask)))
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(stored, cache)
+    return examples
+
+
+def cached_alignments(model: torch.nn.Module, examples: list[MetaExample], inner_lr: float,
+                      cache: Path) -> dict[str, torch.Tensor]:
+    stored = torch.load(cache) if cache.exists() else {}
+    theta = meta.adapter_params(model)
+    missing = [e for e in examples if e.uuid not in stored]
+    for i, ex in enumerate(tqdm(missing, desc="alignments", leave=False)):
+        stored[ex.uuid] = meta.alignments(model, theta, ex.pair, inner_lr)
+        if i % 50 == 49:  # the slow part: keep what is done if interrupted
+            torch.save(stored, cache)
+    torch.save(stored, cache)
+    return stored
+
+
+# -- validation ------------------------------------------------------------------------------------
+def object_weight_ratio(head: phi.PhiHead, examples: list[MetaExample]) -> float:
+    """Mean weight on the object's tokens over mean weight on the other predicted tokens."""
+    on, off = [], []
+    with torch.no_grad():
+        for ex in examples:
+            w, m = head(ex.features)[1:], ex.object_mask[1:].bool()
+            if m.any() and (~m).any():
+                on.append(w[m].mean())
+                off.append(w[~m].mean())
+    return float(torch.stack(on).mean() / torch.stack(off).mean())
+
+
+def validate(head: phi.PhiHead, model: torch.nn.Module, examples: list[MetaExample], train_config: TrainConfig,
+             alignments: dict[str, torch.Tensor] | None) -> dict[str, float]:
+    theta = meta.adapter_params(model)
+    with torch.no_grad():
+        weights = [head(ex.features) for ex in examples]
+    out = {"object_weight_ratio": object_weight_ratio(head, examples),
+           "mean_weight": float(torch.cat([w[1:] for w in weights]).mean()),
+           "outer_loss": sum(meta.outer_loss_after_step(model, theta, ex.pair, w, train_config.inner_lr)
+                             for ex, w in zip(examples[: train_config.val_outer], weights)) / train_config.val_outer}
+    if alignments is not None:
+        out["first_order_objective"] = float(sum(meta.first_order_objective(w, alignments[ex.uuid])
+                                                 for ex, w in zip(examples, weights)) / len(examples))
+    return {k: round(v, 4) for k, v in out.items()}
+
+
+def reference_outer_losses(model: torch.nn.Module, examples: list[MetaExample], train_config: TrainConfig) -> dict:
+    """The validation outer loss with uniform and with oracle weights: the floor and the target."""
+    theta = meta.adapter_params(model)
+    picked = examples[: train_config.val_outer]
+
+    def mean(weights_of) -> float:
+        return round(sum(meta.outer_loss_after_step(model, theta, ex.pair, weights_of(ex), train_config.inner_lr)
+                         for ex in picked) / len(picked), 4)
+    return {"uniform": mean(lambda ex: torch.ones(len(ex.pair.doc_ids))),
+            "oracle": mean(lambda ex: ex.object_mask.clamp(min=1e-3))}
+
+
+# -- the loop --------------------------------------------------------------------------------------
+def meta_step(head: phi.PhiHead, model: torch.nn.Module, batch: list[MetaExample], train_config: TrainConfig,
+              alignments: dict[str, torch.Tensor] | None) -> float:
+    """Accumulate phi's gradient over the batch (each pair from a fresh adapter); returns the batch's mean loss."""
+    total = 0.0
+    theta = meta.adapter_params(model) if alignments is None else {}
+    for ex in batch:
+        weights = head(ex.features)
+        if alignments is None:
+            loss = meta.exact_outer_loss(model, theta, ex.pair, weights, train_config.inner_lr)
+        else:
+            loss = meta.first_order_objective(weights, alignments[ex.uuid])
+        (loss / len(batch)).backward()
+        total += loss.item() / len(batch)
+    return total
+
+
+def train(loaded: LoadedModel, train_config: TrainConfig, data: Path, out: Path, results_root: Path, model_name: str,
+          resume: bool) -> tuple[phi.PhiHead, dict[str, Any]]:
+    loaded.model.set_attn_implementation("eager")  # the exact meta-gradient needs attention's double backward
+    torch.manual_seed(train_config.seed)  # the adapter's A matrices, and phi's initial head
+    method = AdapterMethod(loaded.model, loaded.tokenizer,
+                           Settings(lora_rank=train_config.lora_rank, lora_alpha=train_config.lora_alpha))
+    model = method.model
+    config = phi.default_config(loaded.model)
+    rows, provenance = meta_rows(loaded, data, results_root, model_name)
+    rows = rows[:]
+    random.Random(train_config.seed).shuffle(rows)
+    val_rows, train_rows = rows[: train_config.val], rows[train_config.val :]
+    provenance.update({"train_pairs": len(train_rows), "val_pairs": len(val_rows),
+                       "train_uuids_sha256": uuids_digest(train_rows), "val_uuids_sha256": uuids_digest(val_rows)})
+    examples = build_examples(loaded, model, rows, config, train_config.max_tokens,
+                              out.parent / "cache" / f"features-{train_config.max_tokens}.pt")
+    val_examples, train_examples = examples[: train_config.val], examples[train_config.val :]
+    alignments = None
+    if train_config.variant == "first-order":
+        alignments = cached_alignments(model, examples, train_config.inner_lr,
+                                       out.parent / "cache" / f"alignments-{train_config.max_tokens}-{train_config.inner_lr}.pt")
+
+    torch.manual_seed(train_config.seed)
+    head = phi.PhiHead(config)
+    optimizer = torch.optim.AdamW(head.parameters(), lr=train_config.lr)
+    state_path = out / "state.pt"
+    state: dict[str, Any] = {"step": 0, "history": [], "validation": [], "seconds": 0.0,
+                             "reference": reference_outer_losses(model, val_examples, train_config)}
+    if resume and state_path.exists():
+        saved = torch.load(state_path, weights_only=False)
+        head.load_state_dict(saved.pop("head"))
+        optimizer.load_state_dict(saved.pop("optimizer"))
+        state = saved
+        print(f"resumed at step {state['step']}", file=sys.stderr)
+    else:
+        state["validation"].append({"step": 0, **validate(head, model, val_examples, train_config, alignments)})
+    print(f"validation outer loss with uniform weights {state['reference']['uniform']}, "
+          f"oracle weights {state['reference']['oracle']}", file=sys.stderr)
+
+    def save() -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        torch.save({**state, "head": head.state_dict(), "optimizer": optimizer.state_dict()}, state_path.with_suffix(".tmp"))
+        state_path.with_suffix(".tmp").replace(state_path)
+        (out / "curve.json").write_text(json.dumps({k: state[k] for k in ("history", "validation", "reference")}, indent=1))
+
+    order_rng = random.Random(train_config.seed)
+    per_pass = max(1, len(train_examples) // train_config.batch)
+    with tqdm(total=train_config.steps, initial=state["step"], desc=f"phi ({train_config.variant})") as bar:
+        while state["step"] < train_config.steps:
+            step = state["step"]
+            if step % per_pass == 0 or "order" not in state:
+                order_rng.seed(train_config.seed + step // per_pass)
+                state["order"] = order_rng.sample(range(len(train_examples)), len(train_examples))
+            i = (step % per_pass) * train_config.batch
+            batch = [train_examples[j] for j in state["order"][i : i + train_config.batch]]
+            started = time.perf_counter()
+            optimizer.zero_grad(set_to_none=True)
+            loss = meta_step(head, model, batch, train_config, alignments)
+            optimizer.step()
+            state["seconds"] += time.perf_counter() - started
+            state["step"] = step + 1
+            state["history"].append({"step": step + 1, "loss": round(loss, 5)})
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.4f}")
+            if state["step"] % train_config.validate_every == 0 or state["step"] == train_config.steps:
+                state["validation"].append({"step": state["step"],
+                                            **validate(head, model, val_examples, train_config, alignments)})
+                tqdm.write(f"step {state['step']}: {state['validation'][-1]}")
+            if state["step"] % train_config.checkpoint_every == 0 or state["step"] == train_config.steps:
+                save()
+    save()
+    return head, {"data": provenance, **{k: state[k] for k in ("validation", "reference")},
+                  "train_seconds": round(state["seconds"], 1)}
+
+
+def default_checkpoint(model: str, variant: str = "first-order") -> Path:
+    return phi.CHECKPOINTS / f"{model.replace('/', '_')}-{variant}"
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="ckl train-attention", description=__doc__.split("\n")[0])
+    defaults = TrainConfig()
+    parser.add_argument("--variant", choices=VARIANTS, default=defaults.variant)
+    parser.add_argument("--model", default="default", help="base model (as CKL_MODEL)")
+    for name in ("steps", "batch", "lr", "inner_lr", "max_tokens", "val", "val_outer", "validate_every",
+                 "checkpoint_every", "seed"):
+        value = getattr(defaults, name)
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
+    parser.add_argument("--data", type=Path, default=lama_ckl.DEFAULT_DATA)
+    parser.add_argument("--out", type=Path, help="run folder (default bench-results/train-attention/<variant>)")
+    parser.add_argument("--checkpoint", type=Path, help="where the trained phi goes (default: the packaged one)")
+    parser.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
+    args = parser.parse_args(argv)
+    train_config = TrainConfig(**{k: getattr(args, k) for k in asdict(defaults) if hasattr(args, k)})
+    if not args.data.is_dir():
+        raise SystemExit(f"no LAMA-ckl data in {args.data}: pass --data")
+    results_root = lama_ckl.ROOT / "bench-results"
+    out = args.out or results_root / "train-attention" / args.variant
+    loaded = load_model(Settings(model=args.model))
+    head, record = train(loaded, train_config, args.data, out, results_root, args.model, args.resume)
+    destination = args.checkpoint or default_checkpoint(args.model, args.variant)
+    phi.save_checkpoint(destination, head, {
+        "base_model": phi.fingerprint(loaded.model), "model": args.model, "variant": args.variant,
+        "command": "ckl train-attention " + " ".join(argv), "git_commit": lama_ckl.git_commit(),
+        "train": asdict(train_config), **record})
+    print(f"phi written to {destination}.safetensors (+ .json); curve in {out / 'curve.json'}")
