@@ -20,6 +20,8 @@ import math
 import platform
 import random
 import subprocess
+import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,6 +29,7 @@ from typing import Any
 
 import psutil
 import torch
+from safetensors.torch import save_file
 from tqdm import tqdm
 
 from service.knowledge.probes import lama_probe
@@ -34,7 +37,9 @@ from service.knowledge.scoring import Probe, score_probes, token_nll
 from service.model.loader import LoadedModel
 from service.settings import Settings
 from workers import weighting
+from workers.attention.phi import TrainAttention, packaged_checkpoint
 from workers.methods import REGISTRY
+from workers.methods.memory import MemoryMethod, background_stats, keys_from_background
 from workers.methods.base import Example
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,17 +58,23 @@ class Row:
 @dataclass(frozen=True)
 class MethodSpec:
     update: str  # a key of workers.methods.REGISTRY
-    weighting: str  # uniform | oracle | rho1
+    weighting: str  # uniform | oracle | rho1 | train_attention
     learning_rate: float
+    phi_variant: str | None = None  # for train_attention: which packaged phi (meta-gradient variant)
 
 
-# The benchmark's registry; later methods (Train-Attention, sparse memory) add entries here.
+# The benchmark's registry; sparse memory adds entries here.
 METHODS: dict[str, MethodSpec] = {
     "finetune": MethodSpec("adapter", "uniform", 3e-4),
     "oracle": MethodSpec("adapter", "oracle", 3e-4),
     "rho1": MethodSpec("adapter", "rho1", 3e-4),
     "full": MethodSpec("full", "uniform", 1e-5),
+    "taalm": MethodSpec("adapter", "train_attention", 3e-4, phi_variant="first-order"),
+    "taalm-exact": MethodSpec("adapter", "train_attention", 3e-4, phi_variant="exact"),
+    "smf": MethodSpec("memory", "uniform", 10.0),
+    "smf+ta": MethodSpec("memory", "train_attention", 10.0, phi_variant="first-order"),
 }
+BACKGROUND_DOCS = 600  # background texts for the memory's keys and slot document frequencies
 
 
 @dataclass
@@ -80,6 +91,7 @@ class Config:
     max_grad_norm: float = 1.0
     seed: int = 0
     rows_per_file: int | None = None
+    model: str = "default"  # as CKL_MODEL; picks the packaged phi for train_attention
 
 
 PRESETS = {
@@ -139,17 +151,23 @@ def split(variant: list[Row], invariant: list[Row], scores: dict[str, float], n_
 
 
 # -- training --------------------------------------------------------------------------------------
-def examples_for(rows: list[Row], loaded: LoadedModel, max_tokens: int, how: str) -> list[Example]:
-    """Each row's evidence as one window, weighted uniformly or on the object's occurrences (oracle).
-
-    rho1 starts uniform; its weights are chosen again before every epoch (see rho1_reweigh).
+def examples_for(rows: list[Row], loaded: LoadedModel, model: torch.nn.Module, max_tokens: int,
+                 spec: MethodSpec, model_name: str = "default") -> list[Example]:
+    """Each row's evidence as one window, weighted uniformly, on the object's occurrences (oracle) or by phi
+    (train_attention, with the service's threshold). rho1 starts uniform; its weights are chosen again
+    before every epoch (see rho1_reweigh).
     """
+    phi = TrainAttention.from_path(model, packaged_checkpoint(model_name, spec.phi_variant)) \
+        if spec.weighting == "train_attention" else None
+    threshold = Settings().weight_threshold
     examples = []
     for row in rows:
         enc = loaded.tokenizer(row.evidence, return_offsets_mapping=True, truncation=True, max_length=max_tokens)
         ids = enc["input_ids"]
-        if how == "oracle":
+        if spec.weighting == "oracle":
             weights = weighting.oracle(enc["offset_mapping"], weighting.answer_spans(row.evidence, [row.object]))
+        elif phi is not None:
+            weights = weighting.thresholded(phi.weights(ids), threshold)
         else:
             weights = weighting.uniform(len(ids))
         if any(weights):
@@ -169,17 +187,42 @@ def rss_mb() -> float:
     return psutil.Process().memory_info().rss / 2**20
 
 
+def prepare_memory(method: MemoryMethod, loaded: LoadedModel, background: list[str], max_tokens: int) -> dict:
+    """Keys from background text, then the slots' document frequencies over it; returns what it found."""
+    docs = [loaded.tokenizer(t, truncation=True, max_length=max_tokens)["input_ids"] for t in background]
+    keys_from_background(method.model, method.memory, docs[: len(docs) // 3])
+    method.background = background_stats(method.model, method.memory, docs)
+    df = method.background.df
+    return {"background_docs": len(docs), "slots_read_by_background": int((df > 0).sum()),
+            "slots": int(df.numel()), "max_df_share": round(float(df.max()) / len(docs), 3)}
+
+
+def memory_update_costs(method: MemoryMethod, folder: Path) -> dict[str, Any]:
+    """Rows the training changed, the sparse delta's size on disk, and the time to swap it in."""
+    delta = method.delta()
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(delta, str(folder / "delta.safetensors"))
+    started = time.perf_counter()
+    method.load(delta)
+    return {"rows_changed": int(delta["rows"].numel()),
+            "delta_bytes": (folder / "delta.safetensors").stat().st_size,
+            "swap_in_s": round(time.perf_counter() - started, 4)}
+
+
 def run_method(name: str, config: Config, load: Callable[[], LoadedModel], to_learn: list[Row],
-               nf: list[Row]) -> dict[str, Any]:
+               nf: list[Row], background: list[str] | None = None) -> dict[str, Any]:
     spec = METHODS[name]
     lr = config.learning_rates.get(name, spec.learning_rate)
     loaded = load()
     settings = Settings(lora_rank=config.lora_rank, lora_alpha=config.lora_alpha, optimizer="adamw",
                         learning_rate=lr, check_every=10**9, max_grad_norm=config.max_grad_norm)
     method = REGISTRY[spec.update](loaded.model, loaded.tokenizer, settings)
+    extra: dict[str, Any] = {}
+    if isinstance(method, MemoryMethod):
+        extra["memory"] = prepare_memory(method, loaded, background or [], config.max_tokens)
     method.load(None)
     learn_probes, nf_probes = [r.probe for r in to_learn], [r.probe for r in nf]
-    examples = examples_for(to_learn, loaded, config.max_tokens, spec.weighting)
+    examples = examples_for(to_learn, loaded, method.model, config.max_tokens, spec, config.model)
     reference = token_nll(method.model, [e.input_ids for e in examples], loaded.tokenizer.pad_token_id or 0) \
         if spec.weighting == "rho1" else []
     optimizer = method.optimizer(lr)
@@ -209,8 +252,10 @@ def run_method(name: str, config: Config, load: Callable[[], LoadedModel], to_le
         epochs.append({"epoch": epoch, "to_learn_acc": learn_acc, "nf_acc": nf_acc,
                        "train_s": round(report.seconds, 2), "mean_loss": sum(report.losses) / len(report.losses)})
         print(f"{name} epoch {epoch}: TO-LEARN {learn_acc:.3f}  NF {nf_acc:.3f}  {report.seconds:.1f} s", flush=True)
+    if isinstance(method, MemoryMethod):
+        extra["update"] = memory_update_costs(method, Path(tempfile.mkdtemp()))
     return {"method": name, "spec": asdict(spec), "learning_rate": lr, "epochs": epochs, "peak_rss_mb": round(peak),
-            **summarize(epochs)}
+            **summarize(epochs), **extra}
 
 
 def summarize(epochs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -229,6 +274,13 @@ def markdown(results: dict[str, Any]) -> str:
     for r in results["methods"]:
         lines.append(f"| {r['method']} | {r['top_acc']:.3f} | {r['top_epoch']} | {r['nf_acc']:.3f} | "
                      f"{r['total_knowledge']:.3f} | {r['s_per_epoch']:.1f} | {r['peak_rss_mb']} |")
+    memory = [r for r in results["methods"] if "update" in r]
+    if memory:
+        lines += ["", "| Method | rows changed | delta on disk (KB) | swap-in (ms) | background slots read |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {r['method']} | {r['update']['rows_changed']} | {r['update']['delta_bytes'] / 1024:.0f} | "
+                  f"{r['update']['swap_in_s'] * 1000:.1f} | {r['memory']['slots_read_by_background']} of "
+                  f"{r['memory']['slots']} |" for r in memory]
     t = results["tailoring"]
     lines += ["", f"TO-LEARN {t['to_learn']} rows, NF {t['nf']} rows; model {results['model']}; "
                   f"commit {results['git_commit']}; epoch -1 is the untouched model."]
@@ -281,7 +333,9 @@ def run_benchmark(config: Config, load: Callable[[], LoadedModel], variant: list
     to_learn, nf = split(variant, invariant, scores, config.to_learn, config.nf, config.seed)
     if not to_learn or not nf:
         raise SystemExit("tailoring left an empty TO-LEARN or NF pool: use more rows")
-    methods = [run_method(name, config, load, to_learn, nf) for name in config.methods]
+    # The memory's background: evidence of invariant rows the model gets wrong (in neither pool).
+    background = [r.evidence for r in sorted(invariant, key=lambda r: r.uuid) if scores[r.uuid] == 0.0][:BACKGROUND_DOCS]
+    methods = [run_method(name, config, load, to_learn, nf, background) for name in config.methods]
     return {
         "model": model_name,
         "config": asdict(config),
@@ -336,7 +390,7 @@ def main(argv: list[str]) -> None:
     unknown = set(values.get("methods", [])) - set(METHODS)
     if unknown:
         raise SystemExit(f"unknown methods: {', '.join(sorted(unknown))}")
-    config = Config(**values, learning_rates=parse_lrs(args.lr))
+    config = Config(**values, learning_rates=parse_lrs(args.lr), model=args.model)
 
     if not args.data.is_dir():
         raise SystemExit(f"no LAMA-ckl data in {args.data}: pass --data (see README for where it comes from)")

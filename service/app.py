@@ -20,6 +20,7 @@ from service.model.generation import SamplingParams, generate
 from service.runtime import Runtime
 from service.schemas import DocumentAccepted, DocumentRequest, GenerateRequest, GenerateResponse, ProbesRequest
 from service.settings import Settings
+from workers.weighting import answer_spans
 
 
 class ApiError(Exception):
@@ -105,8 +106,12 @@ def create_app(settings: Settings, run_job: Callable[[str], None] | None = None)
             raise field_error("text", "max_chars", f"longer than {settings.max_document_chars} characters")
         if len(req.probes) > settings.max_probes_per_document:
             raise field_error("probes", "max_items", f"at most {settings.max_probes_per_document} probes")
+        weighting = req.weighting or settings.weighting
+        if weighting == "oracle" and not answer_spans(req.text, [p.answer for p in req.probes]):
+            raise field_error("weighting", "needs_answers_in_text",
+                              "oracle weighting needs probes whose answer occurs in the text")
         serving()  # refuse before storing anything while no queue exists yet
-        body = req.model_dump(exclude={"idempotency_key"})
+        body = {**req.model_dump(exclude={"idempotency_key"}), "weighting": weighting}
         try:
             record, new = runtime.documents.create(body, req.idempotency_key)
         except IdempotencyConflict as exc:

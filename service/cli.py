@@ -152,7 +152,8 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
 def cmd_bench(args: argparse.Namespace) -> None:
     from importlib import import_module
 
-    module = {"generate": "bench.generate", "teach": "bench.teach", "lama-ckl": "bench.lama_ckl"}[args.bench]
+    module = {"generate": "bench.generate", "teach": "bench.teach", "lama-ckl": "bench.lama_ckl",
+              "ta-costs": "bench.ta_costs"}[args.bench]
     import_module(module).main(args.rest)
 
 
@@ -224,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_weights)
 
     p = sub.add_parser("bench", help="benchmarks that print numbers")
-    p.add_argument("bench", choices=["generate", "teach", "lama-ckl"])
+    p.add_argument("bench", choices=["generate", "teach", "lama-ckl", "ta-costs"])
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_bench)
     return parser

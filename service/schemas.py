@@ -6,6 +6,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 METHODS = ("adapter",)
+WEIGHTINGS = ("train_attention", "uniform", "oracle")
 
 
 class Strict(BaseModel):
@@ -49,6 +50,8 @@ class DocumentRequest(Strict):
     text: str = Field(min_length=1)
     probes: list[ProbeIn] = Field(default_factory=list)
     method: Literal[METHODS] = "adapter"  # type: ignore[valid-type]
+    # None: the server's default (CKL_WEIGHTING).
+    weighting: Literal[WEIGHTINGS] | None = None  # type: ignore[valid-type]
     idempotency_key: str | None = Field(None, min_length=1, max_length=200)
 
     _text = field_validator("text")(not_blank)

@@ -52,6 +52,13 @@ class Settings(BaseSettings):
     # A new fact starts at a loss near 15 nats: unclipped gradients blow plain SGD up. 0 turns it off.
     max_grad_norm: float = Field(1.0, ge=0)
     train_window_tokens: int = Field(256, gt=8)
+    # Token weights of a document (a document may ask for another): train_attention (phi's weights),
+    # uniform, or oracle (1 on the answers of the document's probes where they occur in the text).
+    weighting: Literal["train_attention", "uniform", "oracle"] = "train_attention"
+    # A phi checkpoint (path without suffix); default: the packaged one for the default model.
+    train_attention_checkpoint: Path | None = None
+    # phi's weights below this count as 0, so those tokens get no LM-head logits at all.
+    weight_threshold: float = Field(0.1, ge=0, lt=1)
 
     # The gate.
     nf_tolerance: float = Field(0.02, ge=0, le=1)

@@ -92,25 +92,29 @@ def test_whole_protocol_on_the_tiny_model_writes_three_outputs(tmp_path, tiny):
         return LoadedModel(tiny_model(len(tokenizer)), tokenizer, torch.device("cpu"), "tiny")
 
     variant, invariant = rows_for(WORDS, 12, "v"), rows_for(WORDS[5:], 12, "i")
-    config = lama_ckl.Config(methods=["finetune", "oracle", "rho1", "full"], to_learn=4, nf=4, epochs=2, batch_size=2)
+    config = lama_ckl.Config(methods=["finetune", "oracle", "rho1", "full", "smf"], to_learn=4, nf=4, epochs=2,
+                             batch_size=2)
     # The tiny model knows nothing: give it an NF pool by marking invariant rows as known in the cache.
     cache = tmp_path / "cache.json"
     base = load()
     scores = {r.uuid: s for r, s in zip(variant + invariant,
                                         score_probes(base.model, tokenizer, [r.probe for r in variant + invariant]))}
-    scores.update({r.uuid: 1.0 for r in invariant})
+    scores.update({r.uuid: 1.0 for r in invariant[:6]})  # the other six are the memory's background
     cache.write_text(json.dumps(scores))
     results = lama_ckl.run_benchmark(config, load, variant, invariant, cache, "tiny")
     lama_ckl.write_outputs(results, tmp_path / "out")
 
     saved = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert [m["method"] for m in saved["methods"]] == ["finetune", "oracle", "rho1", "full"]
+    assert [m["method"] for m in saved["methods"]] == ["finetune", "oracle", "rho1", "full", "smf"]
+    smf = saved["methods"][-1]
+    assert smf["memory"]["background_docs"] == sum(scores[r.uuid] == 0.0 for r in invariant)
+    assert smf["update"]["delta_bytes"] > 0
     for method in saved["methods"]:
         assert [e["epoch"] for e in method["epochs"]] == [-1, 0, 1]
         assert 0 <= method["top_acc"] <= 1 and method["top_epoch"] in (0, 1) and method["peak_rss_mb"] > 0
     table = (tmp_path / "out" / "results.md").read_text().splitlines()
     assert table[0].startswith("| Method | Top Acc | Epoch | NF Acc | Total Knowledge | s/epoch")
-    assert len([line for line in table if line.startswith("| ") and "---" not in line]) == 5
+    assert len([line for line in table if line.startswith("| ") and "---" not in line]) == 8
     assert (tmp_path / "out" / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -87,6 +87,9 @@ BAD_DOCUMENTS = [
     ({"text": "fact", "probes": ["p=>a"]}, "probes.0"),
     ({"text": "fact", "probes": [{"prompt": "p", "answer": "a"}] * 17}, "probes"),
     ({"text": "fact", "method": "magic"}, "method"),
+    ({"text": "fact", "weighting": "rho1"}, "weighting"),
+    ({"text": "fact", "weighting": "oracle"}, "weighting"),
+    ({"text": "fact", "weighting": "oracle", "probes": [{"prompt": "p", "answer": "absent"}]}, "weighting"),
     ({"text": "fact", "extra": True}, "extra"),
 ]
 

@@ -19,6 +19,7 @@ from service.knowledge.versions import ParentMoved, VersionStore
 from service.model.loader import LoadedModel, load_model
 from service.settings import Settings
 from workers import gate, weighting
+from workers.attention.phi import TrainAttention, packaged_checkpoint
 from workers.methods import REGISTRY, UpdateMethod
 from workers.methods.base import Example
 
@@ -42,6 +43,7 @@ class Learner:
         self.versions = VersionStore(root / "versions")
         self.suites = ProbeSuites(root / "probes")
         self.publish = publish or (lambda version: None)
+        self._train_attention: TrainAttention | None = None
 
     # -- the job ---------------------------------------------------------------------------------
     def learn(self, document_id: str) -> str:
@@ -74,9 +76,10 @@ class Learner:
 
         clock = time.perf_counter()
         before = self._score(method, suites)
-        examples, top_tokens = self._examples(record["text"], own)
+        how = self._weighting(record.get("weighting") or self.settings.weighting)
+        examples, top_tokens = self._examples(record["text"], own, how)
         budget = self._budget(examples, bool(own))
-        self.documents.update(doc_id, status="training", progress={"step": 0, "steps": budget},
+        self.documents.update(doc_id, status="training", progress={"step": 0, "steps": budget}, weighting_used=how,
                               top_weighted_tokens=top_tokens, scores={"before": before.summary()})
         timings["score_before_s"] = time.perf_counter() - clock
 
@@ -131,12 +134,16 @@ class Learner:
             return score_probes(method.model, self.tokenizer, probes) if probes else []
         return gate.SuiteScores(**{name: score(probes) for name, probes in suites.items()})
 
-    def _examples(self, text: str, own: list[Probe]) -> tuple[list[Example], list[dict[str, Any]]]:
-        """Windows of the document with oracle weights on answer spans when probes allow, else uniform."""
+    def _examples(self, text: str, own: list[Probe], how: str) -> tuple[list[Example], list[dict[str, Any]]]:
+        """Windows of the document, weighted as asked (see Settings.weighting); all-zero weights fall back to uniform."""
         enc = self.tokenizer(text, return_offsets_mapping=True)
         ids, offsets = enc["input_ids"], enc["offset_mapping"]
-        spans = weighting.answer_spans(text, [p.answer for p in own])
-        weights = weighting.oracle(offsets, spans) if spans else weighting.uniform(len(ids))
+        if how == "train_attention":
+            weights = weighting.thresholded(self._phi().weights(ids), self.settings.weight_threshold)
+        elif how == "oracle":
+            weights = weighting.oracle(offsets, weighting.answer_spans(text, [p.answer for p in own]))
+        else:
+            weights = weighting.uniform(len(ids))
         if not any(weights[1:]):
             weights = weighting.uniform(len(ids))
         window = self.settings.train_window_tokens
@@ -148,9 +155,24 @@ class Learner:
             if any(chunk_w):
                 examples.append(Example(chunk_ids, chunk_w))
         ranked = sorted(range(len(ids)), key=lambda i: -weights[i])[:TOP_WEIGHTED]
-        top = [{"token": self.tokenizer.decode([ids[i]]), "weight": weights[i], "position": i} for i in sorted(ranked)
-               if weights[i] > 0]
+        top = [{"token": self.tokenizer.decode([ids[i]]), "weight": round(weights[i], 4), "position": i}
+               for i in sorted(ranked) if weights[i] > 0]
         return examples, top
+
+    def _weighting(self, asked: str) -> str:
+        """train_attention falls back to uniform for a base model with no packaged phi (none configured)."""
+        if asked == "train_attention" and self.settings.train_attention_checkpoint is None \
+                and not packaged_checkpoint(self.model_name).with_suffix(".json").exists():
+            log.warning("no Train-Attention checkpoint for model %s: uniform weights", self.model_name)
+            return "uniform"
+        return asked
+
+    def _phi(self) -> TrainAttention:
+        """phi for the served base model, loaded on first use (a mismatched checkpoint fails the document)."""
+        if self._train_attention is None:
+            path = self.settings.train_attention_checkpoint or packaged_checkpoint(self.model_name)
+            self._train_attention = TrainAttention.from_path(self.methods["adapter"].model, path)
+        return self._train_attention
 
     def _budget(self, examples: list[Example], has_probes: bool) -> int:
         if has_probes:

@@ -3,12 +3,18 @@
 - uniform: every predicted token counts the same (plain fine-tuning).
 - oracle: weight 1 on tokens inside an occurrence of a probe's answer in the text, 0 elsewhere;
   usable when the document comes with probes.
+- train_attention: phi's weights (workers/attention), with the small ones set to 0 so those tokens
+  need no LM-head logits.
 """
 from __future__ import annotations
 
 
 def uniform(n_tokens: int) -> list[float]:
     return [0.0] + [1.0] * (n_tokens - 1)
+
+
+def thresholded(weights: list[float], threshold: float) -> list[float]:
+    return [w if w >= threshold else 0.0 for w in weights]
 
 
 def answer_spans(text: str, answers: list[str]) -> list[tuple[int, int]]:

@@ -46,7 +46,9 @@ def next_token_nll(model: nn.Module, params: Params, ids: list[int], first: int 
     device = next(decoder.parameters()).device
     x = torch.tensor([ids], device=device)
     hidden = functional_call(decoder, params, args=(), kwargs={"input_ids": x, "use_cache": False}).last_hidden_state
-    logits = head(hidden[0, first - 1 : len(ids) - 1]).float()
+    logits = head(hidden[0, first - 1 : len(ids) - 1])
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
     if softcap:
         logits = torch.tanh(logits / softcap) * softcap
     return nn.functional.cross_entropy(logits, x[0, first:], reduction="none")

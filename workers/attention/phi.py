@@ -23,6 +23,12 @@ from torch import nn
 from transformers import PreTrainedModel
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
+DEFAULT_VARIANT = "first-order"  # the packaged phi the learner uses; see README "Train-Attention"
+
+
+def packaged_checkpoint(model: str, variant: str = DEFAULT_VARIANT) -> Path:
+    """Where the checkpoint trained for `model` (a CKL_MODEL value) lives in the package."""
+    return CHECKPOINTS / f"{model.replace('/', '_')}-{variant}"
 
 
 class PhiMismatch(ValueError):

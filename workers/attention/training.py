@@ -181,7 +181,8 @@ def train(loaded: LoadedModel, train_config: TrainConfig, data: Path, out: Path,
     random.Random(train_config.seed).shuffle(rows)
     val_rows, train_rows = rows[: train_config.val], rows[train_config.val :]
     provenance.update({"train_pairs": len(train_rows), "val_pairs": len(val_rows),
-                       "train_uuids_sha256": uuids_digest(train_rows), "val_uuids_sha256": uuids_digest(val_rows)})
+                       "train_uuids_sha256": uuids_digest(train_rows), "val_uuids_sha256": uuids_digest(val_rows),
+                       "val_uuids": [r.uuid for r in val_rows], "train_uuids": [r.uuid for r in train_rows]})
     examples = build_examples(loaded, model, rows, config, train_config.max_tokens,
                               out.parent / "cache" / f"features-{train_config.max_tokens}.pt")
     val_examples, train_examples = examples[: train_config.val], examples[train_config.val :]
@@ -243,10 +244,6 @@ def train(loaded: LoadedModel, train_config: TrainConfig, data: Path, out: Path,
                   "train_seconds": round(state["seconds"], 1)}
 
 
-def default_checkpoint(model: str, variant: str = "first-order") -> Path:
-    return phi.CHECKPOINTS / f"{model.replace('/', '_')}-{variant}"
-
-
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="ckl train-attention", description=__doc__.split("\n")[0])
     defaults = TrainConfig()
@@ -268,7 +265,7 @@ def main(argv: list[str]) -> None:
     out = args.out or results_root / "train-attention" / args.variant
     loaded = load_model(Settings(model=args.model))
     head, record = train(loaded, train_config, args.data, out, results_root, args.model, args.resume)
-    destination = args.checkpoint or default_checkpoint(args.model, args.variant)
+    destination = args.checkpoint or phi.packaged_checkpoint(args.model, args.variant)
     phi.save_checkpoint(destination, head, {
         "base_model": phi.fingerprint(loaded.model), "model": args.model, "variant": args.variant,
         "command": "ckl train-attention " + " ".join(argv), "git_commit": lama_ckl.git_commit(),

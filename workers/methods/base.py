@@ -94,6 +94,9 @@ class UpdateMethod(ABC):
     def manifest_fields(self) -> dict[str, Any]:
         """What a server needs to install the delta, and the hyperparameters, for the manifest."""
 
+    def restrict_gradients(self, batch: list[Example]) -> None:
+        """Between backward and the step: a method that trains only part of its parameters masks here."""
+
     def optimizer(self, learning_rate: float | None = None) -> torch.optim.Optimizer:
         return make_optimizer(self.settings.optimizer, self.parameters(), learning_rate or self.settings.learning_rate)
 
@@ -119,6 +122,7 @@ class UpdateMethod(ABC):
                 loss = self.loss(batch)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
+                self.restrict_gradients(batch)
                 if self.settings.max_grad_norm:
                     torch.nn.utils.clip_grad_norm_(params, self.settings.max_grad_norm)
                 optimizer.step()

@@ -1,0 +1,82 @@
+"""The product-key memory and the sparse-memory method on the tiny model."""
+import torch
+
+from service.knowledge import memory as memory_layer
+from service.knowledge.scoring import Probe, score_probes
+from service.settings import Settings
+from workers import weighting
+from workers.methods.base import Example
+from workers.methods.memory import Background, MemoryMethod, kl_score, tfidf, top_slots
+
+CONFIG = memory_layer.MemoryConfig(layer=1, n_sub_keys=16, heads=2, k=4, key_dim=8)
+
+
+def test_product_key_lookup_equals_brute_force_topk():
+    torch.manual_seed(0)
+    mem = memory_layer.ProductKeyMemory(CONFIG, hidden_size=32)
+    hidden = torch.randn(5, 7, 32)
+    slots, weights = mem.lookup(hidden)
+    q = mem.queries(hidden)  # [5, 7, heads, 2, half]
+    for h in range(CONFIG.heads):
+        s1 = q[..., h, 0, :] @ mem.sub_keys[h, 0].T  # [5, 7, n_sub]
+        s2 = q[..., h, 1, :] @ mem.sub_keys[h, 1].T
+        full = (s1.unsqueeze(-1) + s2.unsqueeze(-2)).flatten(-2)  # every slot i * n_sub + j
+        best, idx = full.topk(CONFIG.k, dim=-1)
+        assert torch.equal(slots[..., h, :], idx)
+        assert torch.allclose(weights[..., h, :], best.softmax(-1))
+
+
+def make(tiny, **kw):
+    settings = Settings(learning_rate=kw.pop("lr", 50.0), check_every=1, max_grad_norm=0)
+    return MemoryMethod(tiny.model, tiny.tokenizer, settings, config=CONFIG, **kw)
+
+
+def fact(tiny) -> Example:
+    text = "the capital of veltoria is marnhold"
+    enc = tiny.tokenizer(text, return_offsets_mapping=True)
+    return Example(enc["input_ids"], weighting.oracle(enc["offset_mapping"], weighting.answer_spans(text, ["marnhold"])))
+
+
+def test_version_0_logits_are_unchanged_with_the_memory_attached(tiny):
+    ids = torch.tensor([tiny.tokenizer("the capital of veltoria is marnhold")["input_ids"]])
+    with torch.no_grad():
+        base = tiny.model(ids).logits.clone()
+        make(tiny)
+        assert torch.equal(tiny.model(ids).logits, base)
+
+
+def test_gradients_reach_only_the_selected_rows_and_the_delta_applies_and_reverts(tiny):
+    ids = torch.tensor([tiny.tokenizer("the capital of veltoria is marnhold")["input_ids"]])
+    with torch.no_grad():
+        base = tiny.model(ids).logits.clone()
+    method = make(tiny, top_t=3)
+    report = method.train([fact(tiny)], 4, lambda: False)
+    changed = method.memory.values.abs().sum(-1).nonzero().squeeze(-1)
+    assert report.steps == 4 and 0 < changed.numel() <= 4 * 3
+    assert set(changed.tolist()) <= method.rows_touched
+    delta = method.delta()
+    assert torch.equal(delta["rows"].sort().values, changed.sort().values)
+    with torch.no_grad():
+        trained = tiny.model(ids).logits.clone()
+        assert not torch.equal(trained, base)
+        method.load(None)
+        assert torch.equal(tiny.model(ids).logits, base)
+        method.load(delta)
+        assert torch.equal(tiny.model(ids).logits, trained)
+
+
+def test_the_memory_learns_a_fact(tiny):
+    method = make(tiny)
+    probe = [Probe("the capital of veltoria is", "marnhold")]
+    assert score_probes(method.model, tiny.tokenizer, probe) == [0.0]
+    report = method.train([fact(tiny)], 60, lambda: score_probes(method.model, tiny.tokenizer, probe) == [1.0])
+    assert report.stopped_early, report.losses[-5:]
+
+
+def test_tfidf_prefers_slots_the_background_rarely_reads():
+    tf = torch.tensor([4.0, 4.0, 0.0, 1.0])
+    background = Background(df=torch.tensor([90, 1, 0, 0]), documents=100)
+    scores = tfidf(tf, background)
+    assert scores[1] > scores[0] and scores[2] == 0
+    assert top_slots(scores, tf, 2).tolist() == [1, 3]
+    assert kl_score(tf, background)[1] > kl_score(tf, background)[0]

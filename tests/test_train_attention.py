@@ -1,0 +1,172 @@
+"""Train-Attention: phi's shape and range, the meta-gradients against finite differences, meta-training
+on the tiny model, and the packaged checkpoint on the real model."""
+import pytest
+import torch
+
+from service.settings import Settings
+from workers import weighting
+from workers.attention import meta, phi, show
+from workers.methods.adapter import AdapterMethod
+
+FACT = "the capital of veltoria is marnhold"
+TASK = ("capital of veltoria is", "marnhold")
+
+
+def adapter_model(tiny, dtype=torch.float32):
+    tiny.model.to(dtype)
+    tiny.model.set_attn_implementation("eager")  # attention's double backward
+    return AdapterMethod(tiny.model, tiny.tokenizer, Settings(lora_rank=4, lora_alpha=8)).model
+
+
+def pair(tiny, text=FACT, task=TASK) -> meta.Pair:
+    from service.knowledge.scoring import Probe, encode_probe
+
+    ids, start = encode_probe(tiny.tokenizer, Probe(*task))
+    return meta.Pair(tiny.tokenizer(text)["input_ids"], ids, start)
+
+
+def test_phi_gives_one_weight_in_0_1_per_token_and_none_to_position_0(tiny):
+    config = phi.default_config(tiny.model)
+    assert config.layers == (0, 1, 2)
+    ids = tiny.tokenizer(FACT)["input_ids"]
+    features = phi.trunk_features(tiny.model, ids, config)
+    assert features.shape == (len(ids), 3 * tiny.model.config.hidden_size)
+    head = phi.PhiHead(config)
+    ckpt = phi.Checkpoint(config, head.state_dict(), {"base_model": phi.fingerprint(tiny.model)})
+    weights = phi.TrainAttention(tiny.model, ckpt).weights(ids)
+    assert len(weights) == len(ids) and weights[0] == 0.0
+    assert all(0.0 < w < 1.0 for w in weights[1:])
+
+
+def test_a_long_text_is_weighed_in_overlapping_windows_without_dropping_a_token(tiny):
+    for n, window, overlap in [(5, 8, 2), (8, 8, 2), (9, 8, 2), (40, 8, 3), (300, 128, 32)]:
+        spans = phi.window_spans(n, window, overlap)
+        kept = [i for _, end, keep in spans for i in range(keep, end)]
+        assert kept == list(range(n)), (n, window, overlap)
+        assert all(end - start <= window for start, end, _ in spans)
+    config = phi.PhiConfig(layers=(1, 2), hidden_size=tiny.model.config.hidden_size, window=6, overlap=2)
+    ids = tiny.tokenizer(" ".join([FACT] * 4))["input_ids"]
+    features = phi.trunk_features(tiny.model, ids, config)
+    assert features.shape[0] == len(ids) and features.abs().sum(-1).gt(0).all()
+    # The first window's tokens have the same features as a pass over that window alone.
+    alone = phi.trunk_features(tiny.model, ids[:6], config)
+    assert torch.allclose(features[:6], alone, atol=1e-5)
+
+
+def test_exact_meta_gradient_equals_finite_differences(tiny):
+    model = adapter_model(tiny, torch.float64)
+    theta = meta.adapter_params(model)
+    p = pair(tiny)
+    weights = torch.linspace(0.2, 0.9, len(p.doc_ids), dtype=torch.float64).requires_grad_(True)
+    loss = meta.exact_outer_loss(model, theta, p, weights, lr=0.5)
+    (grad,) = torch.autograd.grad(loss, weights)
+    h = 1e-3  # Gemma's norms compute in float32 even in a float64 model: a smaller step drowns in rounding
+    for t in range(1, len(p.doc_ids)):
+        bump = torch.zeros_like(weights)
+        bump[t] = h
+        with torch.enable_grad():
+            up = meta.exact_outer_loss(model, theta, p, (weights + bump).detach(), lr=0.5)
+            down = meta.exact_outer_loss(model, theta, p, (weights - bump).detach(), lr=0.5)
+        assert grad[t].item() == pytest.approx(float(up - down) / (2 * h), rel=2e-3, abs=1e-7)
+    assert float(grad[0]) == 0.0  # position 0 is never predicted
+    assert grad[1:].abs().max() > 1e-6
+
+
+def test_first_order_alignment_is_the_gradient_dot_product(tiny):
+    """a_t = l_t(theta) - l_t(theta - lr g_task) ~ lr <grad l_t, g_task> for a small step."""
+    model = adapter_model(tiny, torch.float64)
+    theta = meta.adapter_params(model)
+    # Start from a non-zero adapter so every LoRA tensor has a gradient.
+    torch.manual_seed(1)
+    theta = {k: (v + 0.05 * torch.randn_like(v)).detach().requires_grad_(True) for k, v in theta.items()}
+    p = pair(tiny)
+    lr = 1e-3  # small enough to be near-linear (the second-order term is ~2% here), large enough for float32 norms
+    aligned = meta.alignments(model, theta, p, lr)
+    g_task = torch.autograd.grad(meta.task_loss(model, theta, p), list(theta.values()))
+    token_losses = meta.next_token_nll(model, theta, p.doc_ids)
+    dots = []
+    for t in range(1, len(p.doc_ids)):
+        g_t = torch.autograd.grad(token_losses[t - 1], list(theta.values()), retain_graph=True)
+        dots.append(lr * sum((a * b).sum() for a, b in zip(g_t, g_task)))
+    expected = torch.stack(dots).detach()
+    assert float((aligned[1:] - expected).norm() / expected.norm()) < 0.05
+    weights = torch.rand(len(p.doc_ids), dtype=torch.float64, requires_grad=True)
+    (grad,) = torch.autograd.grad(meta.first_order_objective(weights, aligned), weights)
+    mean = (weights[1:] * aligned[1:]).sum() / weights[1:].sum()
+    assert torch.allclose(grad[1:], -(aligned[1:] - mean) / weights[1:].sum())
+
+
+def test_a_few_exact_meta_steps_reduce_the_outer_loss(tiny):
+    model = adapter_model(tiny)
+    theta = meta.adapter_params(model)
+    pairs = [pair(tiny), pair(tiny, "a city in italy is rome and the maker was founded", ("city in italy is", "rome"))]
+    config = phi.default_config(tiny.model)
+    features = [phi.trunk_features(model, p.doc_ids, config) for p in pairs]
+    torch.manual_seed(0)
+    head = phi.PhiHead(config)
+    optimizer = torch.optim.AdamW(head.parameters(), lr=3e-2)
+
+    def outer() -> float:
+        return sum(meta.outer_loss_after_step(model, theta, p, head(f), 0.5) for p, f in zip(pairs, features))
+
+    before = outer()
+    for _ in range(15):
+        optimizer.zero_grad()
+        sum(meta.exact_outer_loss(model, theta, p, head(f), 0.5) for p, f in zip(pairs, features)).backward()
+        optimizer.step()
+    assert outer() < 0.95 * before  # one SGD step of a random tiny model: 15 meta-steps buy ~7%
+
+
+def test_a_checkpoint_round_trips_and_one_for_another_model_is_refused(tiny, tmp_path):
+    config = phi.default_config(tiny.model)
+    head = phi.PhiHead(config)
+    phi.save_checkpoint(tmp_path / "phi", head, {"base_model": phi.fingerprint(tiny.model)})
+    loaded = phi.TrainAttention.from_path(tiny.model, tmp_path / "phi")
+    assert all(torch.equal(a, b) for a, b in zip(head.state_dict().values(), loaded.head.state_dict().values()))
+    with pytest.raises(phi.PhiMismatch, match="another base model"):
+        phi.TrainAttention.from_path(tiny.model, phi.packaged_checkpoint("default"))
+    with pytest.raises(FileNotFoundError, match="ckl train-attention"):
+        phi.TrainAttention.from_path(tiny.model, tmp_path / "missing")
+
+
+def test_thresholded_weights_drop_small_ones():
+    assert weighting.thresholded([0.0, 0.05, 0.1, 0.9], 0.1) == [0.0, 0.0, 0.1, 0.9]
+
+
+def test_weights_render_in_the_terminal_html_and_png(tmp_path):
+    tokens = [("<bos>", 0.0), (" Paris", 0.9), (" <b>", 0.2)]
+    assert "\x1b[48;2;255;255;255m" in show.terminal(tokens) and show.terminal(tokens).count("\x1b[0m") == 3
+    page = show.html_page(tokens)
+    assert "&lt;b&gt;" in page and 'title="0.900"' in page
+    show.png(tokens, tmp_path / "w.png")
+    assert (tmp_path / "w.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.fixture(scope="module")
+def real_phi(real_model_dir):
+    from service.model.loader import load_model
+    from tests.conftest import MODEL_CACHE
+
+    loaded = load_model(Settings(model_cache_dir=MODEL_CACHE), progress=lambda *_: None)
+    return loaded, phi.TrainAttention.from_path(loaded.model, phi.packaged_checkpoint("default"))
+
+
+def test_packaged_phi_weighs_object_tokens_above_the_rest(real_phi):
+    """On 32 of its training pairs, the mean weight on the object's tokens is at least 3x that on the
+    other tokens (an untrained phi scores 1.0; the checkpoint's own validation number is in its json)."""
+    from bench import lama_ckl
+
+    loaded, ta = real_phi
+    uuids = set(ta.meta["data"]["train_uuids"][:32])
+    files = lama_ckl.data_files(lama_ckl.DEFAULT_DATA)
+    rows = [r for f in files[1:] for r in lama_ckl.read_rows(f) if r.uuid in uuids]
+    assert len(rows) == 32
+    on, off = [], []
+    for row in rows:
+        enc = loaded.tokenizer(row.evidence, return_offsets_mapping=True, truncation=True, max_length=128)
+        mask = weighting.oracle(enc["offset_mapping"], weighting.answer_spans(row.evidence, [row.object]))
+        weights = ta.weights(enc["input_ids"])
+        on += [w for w, m in zip(weights[1:], mask[1:]) if m]
+        off += [w for w, m in zip(weights[1:], mask[1:]) if not m]
+    ratio = (sum(on) / len(on)) / (sum(off) / len(off))
+    assert ratio >= 3.0, ratio

@@ -1,0 +1,129 @@
+"""The sparse-memory method: only the memory slots most specific to the new text are trained.
+
+Per batch, count which slots the memory reads at the positions that carry training weight (TF),
+rank them by TF-IDF against how many background documents read each slot (DF), and let only the
+top-t value rows move, with plain SGD (Adam's moments would keep moving rows after they leave the
+top-t). The delta is sparse: the changed rows' indices and values.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from service.knowledge import memory as memory_layer
+from service.settings import Settings
+from workers.methods.base import Example, UpdateMethod, weighted_positions
+
+
+@dataclass
+class Background:
+    """Per-slot document frequency over a background corpus of `documents` texts."""
+    df: torch.Tensor  # [slots], int
+    documents: int
+
+
+def tfidf(tf: torch.Tensor, background: Background) -> torch.Tensor:
+    """tf(i) / sum tf * log((|B| + 1) / (df(i) + 1)); slots never read score 0."""
+    idf = torch.log((background.documents + 1) / (background.df.float() + 1))
+    return tf / tf.sum().clamp(min=1) * idf
+
+
+def kl_score(tf: torch.Tensor, background: Background) -> torch.Tensor:
+    """p_batch(i) log(p_batch(i) / p_bg(i)) with add-one smoothing of the background."""
+    p_batch = tf / tf.sum().clamp(min=1)
+    p_bg = (background.df.float() + 1) / (background.df.sum() + background.df.numel())
+    return torch.where(tf > 0, p_batch * torch.log(p_batch / p_bg), torch.zeros_like(p_batch))
+
+
+def top_slots(scores: torch.Tensor, tf: torch.Tensor, t: int) -> torch.Tensor:
+    """Indices of the t best-scoring slots among those read."""
+    read = tf.nonzero().squeeze(-1)
+    return read[scores[read].topk(min(t, read.numel())).indices]
+
+
+class MemoryMethod(UpdateMethod):
+    name = "memory"
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: Settings,
+                 config: memory_layer.MemoryConfig | None = None, background: Background | None = None,
+                 top_t: int = 500, score: str = "tfidf") -> None:
+        super().__init__(model, tokenizer, settings)
+        self.config = config or memory_layer.MemoryConfig(layer=model.config.num_hidden_layers * 2 // 3)
+        self.memory = memory_layer.attach(model, self.config)
+        self._model = model
+        self.background = background or Background(torch.zeros(self.config.slots, dtype=torch.long), 0)
+        self.top_t = top_t
+        self.score = score
+        self.rows_touched: set[int] = set()
+
+    @property
+    def model(self) -> nn.Module:
+        return self._model
+
+    def parameters(self) -> list[nn.Parameter]:
+        return [self.memory.values]
+
+    def optimizer(self, learning_rate: float | None = None) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=learning_rate or self.settings.learning_rate)
+
+    def load(self, delta: dict[str, torch.Tensor] | None) -> None:
+        with torch.no_grad():
+            self.memory.values.zero_()
+            if delta is not None:
+                self.memory.values[delta["rows"]] = delta["values"].to(self.memory.values)
+        self.rows_touched = set()
+
+    def delta(self) -> dict[str, torch.Tensor]:
+        rows = self.memory.values.detach().abs().sum(-1).nonzero().squeeze(-1).cpu()
+        return {"rows": rows, "values": self.memory.values.detach()[rows].cpu().clone()}
+
+    def manifest_fields(self) -> dict[str, Any]:
+        return {"memory": vars(self.config) | {"top_t": self.top_t, "score": self.score},
+                "hyperparameters": {"optimizer": "sgd", "learning_rate": self.settings.learning_rate}}
+
+    def restrict_gradients(self, batch: list[Example]) -> None:
+        """Zero the gradient of every value row outside the batch's top-t slots."""
+        rows, cols, _, _ = weighted_positions(batch, self.device)
+        slots = self.memory.last_slots[rows, cols].flatten()
+        tf = torch.bincount(slots, minlength=self.config.slots).float()
+        scores = (tfidf if self.score == "tfidf" else kl_score)(tf, self.background)
+        keep = top_slots(scores, tf, self.top_t)
+        grad = self.memory.values.grad
+        mask = torch.zeros(self.config.slots, 1, dtype=torch.bool, device=grad.device)
+        mask[keep] = True
+        grad.mul_(mask)
+        self.rows_touched.update(keep.tolist())
+
+
+@torch.no_grad()
+def background_stats(model: nn.Module, memory: memory_layer.ProductKeyMemory, documents: list[list[int]]) -> Background:
+    """DF: in how many background documents each slot was read (every position of each document)."""
+    df = torch.zeros(memory.config.slots, dtype=torch.long)
+    for ids in documents:
+        model(input_ids=torch.tensor([ids], device=memory.values.device), use_cache=False)
+        df[memory.last_slots.flatten().unique().cpu()] += 1
+    return Background(df, len(documents))
+
+
+@torch.no_grad()
+def keys_from_background(model: nn.Module, memory: memory_layer.ProductKeyMemory, documents: list[list[int]],
+                         seed: int = 0) -> None:
+    """Set each head's sub-keys to query halves of sampled background positions, so slots cover real contexts."""
+    captured: list[torch.Tensor] = []
+    hook = memory.register_forward_pre_hook(lambda _m, args: captured.append(args[0].detach().flatten(0, -2)))
+    try:
+        for ids in documents:
+            model(input_ids=torch.tensor([ids], device=memory.values.device), use_cache=False)
+    finally:
+        hook.remove()
+    queries = memory.queries(torch.cat(captured))  # [positions, heads, 2, half]
+    gen = torch.Generator().manual_seed(seed)
+    n = min(memory.config.n_sub_keys, queries.shape[0])  # with too little text, the rest stay random
+    for h in range(memory.config.heads):
+        for c in range(2):
+            picked = queries[torch.randperm(queries.shape[0], generator=gen)[:n], h, c]
+            memory.sub_keys[h, c, :n] = nn.functional.normalize(picked, dim=-1)
