@@ -57,7 +57,7 @@ class Settings(BaseSettings):
     weighting: Literal["train_attention", "uniform", "oracle"] = "train_attention"
     # A phi checkpoint (path without suffix); default: the packaged one for the default model.
     train_attention_checkpoint: Path | None = None
-    # phi's weights below this count as 0, so those tokens get no LM-head logits at all.
+    # phi's weights below this share of the document's largest weight count as 0: no LM-head logits for them.
     weight_threshold: float = Field(0.1, ge=0, lt=1)
 
     # The gate.

@@ -90,10 +90,13 @@ def test_first_order_alignment_is_the_gradient_dot_product(tiny):
         dots.append(lr * sum((a * b).sum() for a, b in zip(g_t, g_task)))
     expected = torch.stack(dots).detach()
     assert float((aligned[1:] - expected).norm() / expected.norm()) < 0.05
-    weights = torch.rand(len(p.doc_ids), dtype=torch.float64, requires_grad=True)
-    (grad,) = torch.autograd.grad(meta.first_order_objective(weights, aligned), weights)
-    mean = (weights[1:] * aligned[1:]).sum() / weights[1:].sum()
-    assert torch.allclose(grad[1:], -(aligned[1:] - mean) / weights[1:].sum())
+    targets = meta.usefulness_targets(aligned)
+    best = int(aligned[1:].argmax()) + 1
+    assert targets[best] == 1.0 and targets[0] == 0.0
+    assert torch.equal(targets[1:] == 0, aligned[1:] <= 0) and ((targets >= 0) & (targets <= 1)).all()
+    # The objective is lowest when phi's weights are the targets.
+    at_targets = meta.first_order_objective(targets.clamp(0.01, 0.99), aligned)
+    assert at_targets < meta.first_order_objective(torch.full_like(targets, 0.5), aligned)
 
 
 def test_a_few_exact_meta_steps_reduce_the_outer_loss(tiny):
@@ -131,6 +134,8 @@ def test_a_checkpoint_round_trips_and_one_for_another_model_is_refused(tiny, tmp
 
 def test_thresholded_weights_drop_small_ones():
     assert weighting.thresholded([0.0, 0.05, 0.1, 0.9], 0.1) == [0.0, 0.0, 0.1, 0.9]
+    assert weighting.thresholded([0.0, 0.005, 0.01, 0.09], 0.1) == [0.0, 0.0, 0.01, 0.09]  # relative to the largest
+    assert weighting.thresholded([0.0, 0.0], 0.1) == [0.0, 0.0]
 
 
 def test_weights_render_in_the_terminal_html_and_png(tmp_path):

@@ -3,8 +3,8 @@
 - uniform: every predicted token counts the same (plain fine-tuning).
 - oracle: weight 1 on tokens inside an occurrence of a probe's answer in the text, 0 elsewhere;
   usable when the document comes with probes.
-- train_attention: phi's weights (workers/attention), with the small ones set to 0 so those tokens
-  need no LM-head logits.
+- train_attention: phi's weights (workers/attention), with the small ones (relative to the document's
+  largest) set to 0 so those tokens need no LM-head logits.
 """
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ def uniform(n_tokens: int) -> list[float]:
 
 
 def thresholded(weights: list[float], threshold: float) -> list[float]:
-    return [w if w >= threshold else 0.0 for w in weights]
+    """0 for weights below `threshold` times the largest one (the loss is normalised by the weights' sum,
+    so only their ratios matter, and a relative cut behaves the same for any phi's scale)."""
+    cut = threshold * max(weights, default=0.0)
+    return [w if w >= cut and w > 0 else 0.0 for w in weights]
 
 
 def answer_spans(text: str, answers: list[str]) -> list[tuple[int, int]]:

@@ -8,10 +8,14 @@ task. Two ways to get d(outer)/d(weights):
   tensors, `torch.autograd.grad(..., create_graph=True)`): one forward, a double backward.
 - first order: a token's usefulness is how much its loss falls when the adapter takes one step on
   the task, `a_t = l_t(theta) - l_t(theta - lr * grad L_task(theta))`, which to first order is
-  `lr * <grad l_t, grad L_task>`, the alignment of the two gradients. For one inner step from theta,
-  d(outer)/d(w_t) = -(a_t - weighted mean of a) / sum(w) to first order, i.e. the gradient of
-  `-sum(w a) / sum(w)`. The alignments do not depend on phi, so they are computed once per pair
-  (a backward on the short task and two forwards on the document).
+  `lr * <grad l_t, grad L_task>`, the alignment of the two gradients. phi learns it as a target:
+  `y_t = clamp(a_t / max_s a_s, 0, 1)` (1 for the most useful token, 0 for tokens whose training
+  works against the task), with a binary cross-entropy. The alignments do not depend on phi, so they
+  are computed once per pair (a backward on the short task and two forwards on the document).
+  Why a target and not the first-order meta-gradient itself (which is the gradient of
+  `-sum(w a) / sum(w)`): that objective is linear in the weights, so it pushes every weight but the
+  single best token's to zero; measured on the default model it drove the mean weight to 0.002 and
+  the validation outer loss from 3.09 (uniform weights) up to 5.5-6.0.
 """
 from __future__ import annotations
 
@@ -91,7 +95,15 @@ def alignments(model: nn.Module, theta: Params, pair: Pair, lr: float) -> torch.
     return torch.cat([torch.zeros(1), (before - after).cpu()])
 
 
+def usefulness_targets(alignment: torch.Tensor) -> torch.Tensor:
+    """y_t = clamp(a_t / max a, 0, 1) over predicted tokens (y_0 = 0); all zeros when no token helps."""
+    a = alignment.clone()
+    a[0] = 0.0
+    best = a[1:].max()
+    return (a / best).clamp(0.0, 1.0) if best > 0 else torch.zeros_like(a)
+
+
 def first_order_objective(weights: torch.Tensor, alignment: torch.Tensor) -> torch.Tensor:
-    """-sum(w a) / sum(w) over predicted tokens: its gradient in w is the first-order meta-gradient."""
-    w, a = weights[1:], alignment[1:].to(weights.device)
-    return -(w * a).sum() / w.sum()
+    """Binary cross-entropy of phi's weights against the usefulness targets, over predicted tokens."""
+    targets = usefulness_targets(alignment).to(weights)
+    return nn.functional.binary_cross_entropy(weights[1:].clamp(1e-6, 1 - 1e-6), targets[1:])
