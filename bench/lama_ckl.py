@@ -39,8 +39,8 @@ from service.settings import Settings
 from workers import weighting
 from workers.attention.phi import TrainAttention, packaged_checkpoint
 from workers.methods import REGISTRY
-from workers.methods.memory import MemoryMethod, background_stats, keys_from_background
 from workers.methods.base import Example
+from workers.methods.memory import MemoryMethod, background_stats, keys_from_background
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "lama_ckl"
@@ -190,7 +190,7 @@ def rss_mb() -> float:
 def prepare_memory(method: MemoryMethod, loaded: LoadedModel, background: list[str], max_tokens: int) -> dict:
     """Keys from background text, then the slots' document frequencies over it; returns what it found."""
     docs = [loaded.tokenizer(t, truncation=True, max_length=max_tokens)["input_ids"] for t in background]
-    keys_from_background(method.model, method.memory, docs[: len(docs) // 3])
+    keys_from_background(method.model, method.memory, docs)
     method.background = background_stats(method.model, method.memory, docs)
     df = method.background.df
     return {"background_docs": len(docs), "slots_read_by_background": int((df > 0).sum()),

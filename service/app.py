@@ -20,7 +20,6 @@ from service.model.generation import SamplingParams, generate
 from service.runtime import Runtime
 from service.schemas import DocumentAccepted, DocumentRequest, GenerateRequest, GenerateResponse, ProbesRequest
 from service.settings import Settings
-from workers.weighting import answer_spans
 
 
 class ApiError(Exception):
@@ -107,7 +106,7 @@ def create_app(settings: Settings, run_job: Callable[[str], None] | None = None)
         if len(req.probes) > settings.max_probes_per_document:
             raise field_error("probes", "max_items", f"at most {settings.max_probes_per_document} probes")
         weighting = req.weighting or settings.weighting
-        if weighting == "oracle" and not answer_spans(req.text, [p.answer for p in req.probes]):
+        if weighting == "oracle" and not any(p.answer.strip() in req.text for p in req.probes):
             raise field_error("weighting", "needs_answers_in_text",
                               "oracle weighting needs probes whose answer occurs in the text")
         serving()  # refuse before storing anything while no queue exists yet
@@ -123,6 +122,31 @@ def create_app(settings: Settings, run_job: Callable[[str], None] | None = None)
                 runtime.documents.update(record["document_id"], status="failed", error=f"not queued: {exc}")
                 raise ApiError(503, "queue_unavailable", f"the job queue is unavailable: {exc}") from exc
             record = runtime.documents.update(record["document_id"], job_id=job_id)
+        return DocumentAccepted(document_id=record["document_id"], job_id=record["job_id"], status=record["status"],
+                                status_url=f"/documents/{record['document_id']}")
+
+    @app.delete("/documents/{document_id}", status_code=202, response_model=DocumentAccepted)
+    def delete_document(document_id: str) -> DocumentAccepted:
+        """Take one memory document's contribution out: a removal job makes a new, gated version."""
+        try:
+            target = runtime.documents.get(document_id)
+        except UnknownDocument as exc:
+            raise ApiError(404, "not_found", f"no document {document_id}") from exc
+        if target.get("removes"):
+            raise ApiError(409, "not_removable", "this is a removal; activate an earlier version to undo it")
+        if target["status"] != "committed":
+            raise ApiError(409, "not_committed", f"only a committed document can be removed (status: {target['status']})")
+        if target["method"] != "memory":
+            raise ApiError(409, "not_removable", "only memory documents can be removed one by one; "
+                                                 "roll an adapter document back with POST /versions/{n}/activate")
+        lineage = {m["version"] for m in runtime.versions.lineage(runtime.versions.current())}
+        if target["version"] not in lineage:
+            raise ApiError(409, "not_current", f"version {target['version']} is not part of the current version")
+        serving()
+        body = {"text": "", "probes": [], "method": "memory", "weighting": "uniform", "removes": document_id}
+        record, new = runtime.documents.create(body, f"remove:{document_id}:{runtime.versions.current()}")
+        if new:
+            record = runtime.documents.update(record["document_id"], job_id=runtime.queue.enqueue(record["document_id"], 0))
         return DocumentAccepted(document_id=record["document_id"], job_id=record["job_id"], status=record["status"],
                                 status_url=f"/documents/{record['document_id']}")
 

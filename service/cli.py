@@ -72,7 +72,8 @@ def cmd_generate(args: argparse.Namespace) -> None:
         settings = settings_from(args)
         print("loading the model...", file=sys.stderr, flush=True)
         loaded = load_model(settings, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
-        serving = ServingModel(loaded, lora_config(settings.lora_rank, settings.lora_alpha, settings.lora_targets))
+        serving = ServingModel(loaded, lora_config(settings.lora_rank, settings.lora_alpha, settings.lora_targets),
+                               memory_dir=settings.data_dir / "memory")
         versions = VersionStore(settings.data_dir / "versions")
         install_committed(serving, versions, versions.current())  # the knowledge committed in this data folder
         ids = loaded.tokenizer(args.prompt)["input_ids"]

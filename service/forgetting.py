@@ -5,6 +5,7 @@ from typing import Any
 
 from service.documents import DocumentStore
 from service.knowledge.probes import ProbeSuites, to_json
+from service.knowledge.state import learned_manifests
 from service.knowledge.versions import VersionStore
 
 
@@ -38,7 +39,7 @@ def report(versions: VersionStore, suites: ProbeSuites, documents: DocumentStore
             "acc_now": now["nf_acc"],
         },
         "learned": {
-            "probes": sum(len(m["probes"]) for m in versions.lineage(current)),
+            "probes": sum(len(m["probes"]) for m in learned_manifests(versions, current)),
             "acc_now": now["learned_acc"],
         },
         "must_keep": {"probes": to_json(suites.must_keep()), "acc_now": now["must_keep_acc"]},

@@ -41,7 +41,8 @@ class Runtime:
         try:
             s = self.settings
             loaded = load_model(s, progress=lambda msg: log.warning(msg))
-            serving = ServingModel(loaded, adapter.lora_config(s.lora_rank, s.lora_alpha, s.lora_targets))
+            serving = ServingModel(loaded, adapter.lora_config(s.lora_rank, s.lora_alpha, s.lora_targets),
+                                   memory_dir=s.data_dir / "memory")
             self.suites.ensure_nf_suite(
                 s.model, lambda probes: serving.run(0, lambda m: score_probes(m, serving.tokenizer, probes)))
             self._install(self.versions.current(), serving)

@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-METHODS = ("adapter",)
+METHODS = ("adapter", "memory")
 WEIGHTINGS = ("train_attention", "uniform", "oracle")
 
 

@@ -60,6 +60,18 @@ class Settings(BaseSettings):
     # phi's weights below this share of the document's largest weight count as 0: no LM-head logits for them.
     weight_threshold: float = Field(0.1, ge=0, lt=1)
 
+    # The memory method (service/knowledge/memory.py, workers/methods/memory.py).
+    memory_layer: int | None = Field(None, ge=0)  # decoder layer the memory sits beside; None: two thirds up
+    memory_sub_keys: int = Field(256, gt=1)  # slots = this squared
+    memory_heads: int = Field(4, gt=0)
+    memory_k: int = Field(32, gt=0)
+    memory_key_dim: int = Field(128, gt=1)
+    memory_top_t: int = Field(500, gt=0)  # value rows one batch may write
+    memory_score: Literal["tfidf", "kl"] = "tfidf"
+    # Slots read by more than this share of the background documents are never written (forgetting guard).
+    memory_max_df: float = Field(0.02, ge=0, le=1)
+    memory_learning_rate: float = Field(10.0, gt=0)  # plain SGD on the value rows
+
     # The gate.
     nf_tolerance: float = Field(0.02, ge=0, le=1)
     learned_tolerance: float = Field(0.05, ge=0, le=1)

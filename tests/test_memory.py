@@ -26,9 +26,9 @@ def test_product_key_lookup_equals_brute_force_topk():
         assert torch.allclose(weights[..., h, :], best.softmax(-1))
 
 
-def make(tiny, **kw):
-    settings = Settings(learning_rate=kw.pop("lr", 50.0), check_every=1, max_grad_norm=0)
-    return MemoryMethod(tiny.model, tiny.tokenizer, settings, config=CONFIG, **kw)
+def make(tiny, top_t=500):
+    settings = Settings(memory_learning_rate=50.0, check_every=1, max_grad_norm=0, memory_top_t=top_t)
+    return MemoryMethod(tiny.model, tiny.tokenizer, settings, config=CONFIG)
 
 
 def fact(tiny) -> Example:
@@ -55,7 +55,7 @@ def test_gradients_reach_only_the_selected_rows_and_the_delta_applies_and_revert
     assert report.steps == 4 and 0 < changed.numel() <= 4 * 3
     assert set(changed.tolist()) <= method.rows_touched
     delta = method.delta()
-    assert torch.equal(delta["rows"].sort().values, changed.sort().values)
+    assert set(changed.tolist()) <= set(delta["rows"].tolist()) == method.rows_touched
     with torch.no_grad():
         trained = tiny.model(ids).logits.clone()
         assert not torch.equal(trained, base)
@@ -80,3 +80,36 @@ def test_tfidf_prefers_slots_the_background_rarely_reads():
     assert scores[1] > scores[0] and scores[2] == 0
     assert top_slots(scores, tf, 2).tolist() == [1, 3]
     assert kl_score(tf, background)[1] > kl_score(tf, background)[0]
+
+
+FACTS = [("the capital of veltoria is marnhold", "the capital of veltoria is", "marnhold"),
+         ("the maker of the new product is germany", "the maker of the new product is", "germany"),
+         ("the chief executive of the company is rome", "the chief executive of the company is", "rome")]
+
+
+def test_three_memory_updates_then_removing_the_middle_one_keeps_the_other_two(tiny, tmp_path):
+    from service.knowledge.state import resolve
+    from workers.learner import Learner
+
+    settings = Settings(data_dir=tmp_path, memory_sub_keys=64, memory_heads=2, memory_k=4, memory_key_dim=8,
+                        memory_learning_rate=10.0, max_steps=60, check_every=1, nf_tolerance=1.0, learned_tolerance=1.0)
+    learner = Learner(settings, loaded=tiny)
+    ids = []
+    for text, prompt, answer in FACTS:
+        record, _ = learner.documents.create({"text": text, "probes": [{"prompt": prompt, "answer": answer}],
+                                              "method": "memory", "weighting": "oracle"}, None)
+        assert learner.learn(record["document_id"]) == "committed", learner.documents.get(record["document_id"])
+        ids.append(record["document_id"])
+    assert learner.versions.current() == 3
+    assert [learner.versions.manifest(v)["method"] for v in (1, 2, 3)] == ["memory"] * 3
+
+    removal, _ = learner.documents.create({"text": "", "probes": [], "method": "memory", "weighting": "uniform",
+                                           "removes": ids[1]}, None)
+    assert learner.learn(removal["document_id"]) == "committed", learner.documents.get(removal["document_id"])
+    assert learner.versions.current() == 4 and learner.versions.manifest(4)["removes"] == ids[1]
+    assert learner.documents.get(ids[1])["removed_in_version"] == 4
+
+    method = learner.methods["memory"]
+    method.load(resolve(learner.versions, 4).memory)
+    probes = [Probe(prompt, answer) for _, prompt, answer in FACTS]
+    assert score_probes(method.model, tiny.tokenizer, probes) == [1.0, 0.0, 1.0]

@@ -4,6 +4,8 @@ import threading
 import torch
 
 from service.knowledge import adapter
+from service.knowledge import memory as memory_layer
+from service.knowledge.state import KnowledgeState
 from service.model.generation import SamplingParams, cut_at_stop, generate, sample_token
 from service.model.serving import ServingModel
 
@@ -21,9 +23,9 @@ def test_version_0_logits_are_the_base_models(tiny):
     config = adapter.lora_config(4, 8)
     serving = ServingModel(tiny, config)
     assert torch.equal(serving.run(0, lambda m: m(ids).logits), base)
-    serving.install(1, random_delta(serving, 1), config)
+    serving.install(1, KnowledgeState(random_delta(serving, 1)))
     assert not torch.allclose(serving.run(1, lambda m: m(ids).logits), base)
-    serving.install(0, None, None)
+    serving.install(0, None)
     assert torch.equal(serving.run(0, lambda m: m(ids).logits), base)
 
 
@@ -33,7 +35,7 @@ def test_swap_during_generation_keeps_the_pinned_version(tiny):
     prompt = tiny.tokenizer("the capital of")["input_ids"]
     params = SamplingParams(max_new_tokens=40)
     baseline = generate(serving, prompt, params)
-    delta = random_delta(serving, 2)
+    delta = KnowledgeState(random_delta(serving, 2))
 
     # Swap in version 1 from another thread as soon as the first decoding step of a request has run.
     original_run = serving.run
@@ -43,7 +45,7 @@ def test_swap_during_generation_keeps_the_pinned_version(tiny):
         out = original_run(version, fn)
         if not swapped.is_set():
             swapped.set()
-            threading.Thread(target=serving.install, args=(1, delta, config)).start()
+            threading.Thread(target=serving.install, args=(1, delta)).start()
         return out
 
     serving.run = run_and_swap
@@ -54,6 +56,30 @@ def test_swap_during_generation_keeps_the_pinned_version(tiny):
     after = generate(serving, prompt, params)
     assert after.knowledge_version == 1
     assert serving._loaded == {0, 1}
+
+
+def test_memory_versions_swap_in_only_their_rows(tiny, tmp_path):
+    config = memory_layer.MemoryConfig(layer=1, n_sub_keys=8, heads=2, k=4, key_dim=8)
+    memory_layer.save_base(tmp_path, memory_layer.ProductKeyMemory(config, 32), torch.zeros(64, dtype=torch.long), 0, "test")
+    ids = torch.tensor([tiny.tokenizer("the capital of france is paris")["input_ids"]])
+    with torch.no_grad():
+        base = tiny.model(ids).logits.clone()
+    serving = ServingModel(tiny, adapter.lora_config(4, 8), memory_dir=tmp_path)
+    torch.manual_seed(0)
+    rows = torch.arange(64)  # every slot, so the tiny text surely reads some
+    serving.install(1, KnowledgeState(memory_rows=rows, memory_values=torch.randn(64, 32)))
+    one = serving.run(1, lambda m: m(ids).logits.clone())
+    assert not torch.allclose(one, base)
+    assert torch.equal(serving.run(0, lambda m: m(ids).logits), base)
+    assert serving.memory.values.abs().sum() == 0  # version 0's rows: none
+    with serving.pinned() as pinned:  # a request still decoding on version 1 while version 2 lands
+        assert pinned == 1
+        serving.install(2, KnowledgeState(memory_rows=torch.tensor([3]), memory_values=torch.ones(1, 32)))
+        serving.run(2, lambda m: None)
+        assert serving.memory.values.abs().sum(-1).nonzero().squeeze(-1).tolist() == [3]
+        assert torch.equal(serving.run(1, lambda m: m(ids).logits), one)
+    serving.run(2, lambda m: None)
+    assert serving._loaded == {0, 2} and serving.memory.values.abs().sum(-1).nonzero().squeeze(-1).tolist() == [3]
 
 
 def test_greedy_and_nucleus_sampling():

@@ -139,10 +139,12 @@ def test_thresholded_weights_drop_small_ones():
 
 
 def test_weights_render_in_the_terminal_html_and_png(tmp_path):
-    tokens = [("<bos>", 0.0), (" Paris", 0.9), (" <b>", 0.2)]
-    assert "\x1b[48;2;255;255;255m" in show.terminal(tokens) and show.terminal(tokens).count("\x1b[0m") == 3
+    tokens = [("<bos>", 0.0), (" Paris", 0.3), (" <b>", 0.15)]
+    shaded = show.terminal(tokens)
+    assert "\x1b[48;2;255;255;255m" in shaded and shaded.count("\x1b[0m") == 3
+    assert "\x1b[48;2;230;85;13m" in shaded  # the largest weight gets the darkest shade
     page = show.html_page(tokens)
-    assert "&lt;b&gt;" in page and 'title="0.900"' in page
+    assert "&lt;b&gt;" in page and 'title="0.300"' in page
     show.png(tokens, tmp_path / "w.png")
     assert (tmp_path / "w.png").read_bytes()[:4] == b"\x89PNG"
 

@@ -12,9 +12,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import torch
+from filelock import FileLock
+
 from service.documents import FINAL, DocumentStore
+from service.knowledge import memory as memory_layer
 from service.knowledge.probes import ProbeSuites, from_json
 from service.knowledge.scoring import Probe, accuracy, score_probes
+from service.knowledge.state import learned_manifests, resolve
 from service.knowledge.versions import ParentMoved, VersionStore
 from service.model.loader import LoadedModel, load_model
 from service.settings import Settings
@@ -22,6 +27,14 @@ from workers import gate, weighting
 from workers.attention.phi import TrainAttention, packaged_checkpoint
 from workers.methods import REGISTRY, UpdateMethod
 from workers.methods.base import Example
+from workers.methods.memory import (
+    BACKGROUND_SOURCE,
+    Background,
+    MemoryMethod,
+    background_corpus,
+    background_stats,
+    keys_from_background,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +68,8 @@ class Learner:
         try:
             for _ in range(MAX_PARENT_RETRIES):
                 try:
+                    if record.get("removes"):
+                        return self._remove_from(self.versions.current(), record)
                     return self._learn_from(self.versions.current(), record)
                 except ParentMoved as moved:
                     log.warning("document %s: %s; training again", document_id, moved)
@@ -68,9 +83,9 @@ class Learner:
     def _learn_from(self, parent: int, record: dict[str, Any]) -> str:
         doc_id = record["document_id"]
         timings: dict[str, float] = {}
-        method = self.methods[record["method"]]
+        method = self._method(record["method"])
         self._ensure_nf_suite(method)
-        method.load(self.versions.load_delta(parent) if parent else None)
+        self._load_state(parent)
         own = from_json(record["probes"])
         suites = self._suites(parent, own)
 
@@ -119,14 +134,104 @@ class Learner:
         self.publish(version)
         return "committed"
 
+    def _remove_from(self, parent: int, record: dict[str, Any]) -> str:
+        """A new version without one memory document's rows: they go back to their values before it, and
+        if a later document wrote some of them too, the later memory documents are trained again on top."""
+        doc_id, target = record["document_id"], self.documents.get(record["removes"])
+        lineage = self.versions.lineage(parent)
+        position = next((i for i, m in enumerate(lineage) if m["version"] == target["version"]), None)
+        if position is None:
+            raise ValueError(f"version {target['version']} of document {target['document_id']} is not in the "
+                             f"lineage of the current version {parent}")
+        method = self._method("memory")
+        self._ensure_nf_suite(method)
+        suites = {**self._suites(parent, []),
+                  "learned": [p for m in learned_manifests(self.versions, parent)
+                              if target["document_id"] not in m["documents"] for p in from_json(m["probes"])]}
+        self._load_state(parent)
+        before = self._score(method, suites)
+        removed_rows = self.versions.load_delta(target["version"])["rows"]
+        later = [m for m in lineage[position + 1 :] if m["method"] == "memory"]
+        later_rows = {int(r) for m in later for r in self.versions.load_delta(m["version"])["rows"]}
+        replay = bool(later_rows & set(removed_rows.tolist()))
+        earlier = resolve(self.versions, lineage[position]["parent"] or 0)
+        method.load(earlier.memory if replay else resolve(self.versions, parent).memory)
+        if replay:  # train the later memory documents again, in order, from the state before the removed one
+            for manifest in later:
+                for later_id in manifest["documents"]:
+                    later_record = self.documents.get(later_id)
+                    own = from_json(later_record["probes"])
+                    examples, _ = self._examples(later_record["text"], own, self._weighting(
+                        later_record.get("weighting") or self.settings.weighting))
+                    method.train(examples, self._budget(examples, bool(own)), probes_pass=lambda own=own: bool(own) and
+                                 all(s == 1.0 for s in score_probes(method.model, self.tokenizer, own)))
+        else:
+            before_values = dict(zip(earlier.memory_rows.tolist(), earlier.memory_values)) if earlier.memory else {}
+            with torch.no_grad():
+                for row in removed_rows.tolist():
+                    method.memory.values[row] = before_values.get(row, torch.zeros(()))
+        method.rows_touched |= set(removed_rows.tolist()) | (later_rows if replay else set())
+        after = self._score(method, suites)
+        decision = gate.decide(before, after, nf_version_0=1.0, nf_tolerance=self.settings.nf_tolerance,
+                               learned_tolerance=self.settings.learned_tolerance, require_own_probes=False)
+        scores = {"before": before.summary(), "after": after.summary()}
+        if not decision.accepted:
+            self.documents.update(doc_id, status="rejected", gate=decision.to_json(), scores=scores)
+            return "rejected"
+        manifest = {"documents": [doc_id], "removes": target["document_id"], "replayed": replay, "probes": [],
+                    "method": "memory", "metrics": {**after.summary(), "learned_acc": accuracy(after.learned)},
+                    "gate": decision.to_json(), **method.manifest_fields()}
+        version = self.versions.commit(parent, method.delta(), manifest)
+        self.documents.update(doc_id, status="committed", version=version, gate=decision.to_json(), scores=scores,
+                              replayed=replay)
+        self.documents.update(target["document_id"], removed_in_version=version)
+        self.publish(version)
+        return "committed"
+
     # -- pieces ----------------------------------------------------------------------------------
+    def _method(self, name: str) -> UpdateMethod:
+        if name == "memory" and name not in self.methods:
+            self.methods[name] = self._build_memory()
+        return self.methods[name]
+
+    def _build_memory(self) -> MemoryMethod:
+        """The memory method on the adapter's model; its version-0 state (keys, background DF) is built once
+        per data folder from the background corpus and stored under <data>/memory."""
+        s, folder = self.settings, self.settings.data_dir / "memory"
+        folder.mkdir(parents=True, exist_ok=True)
+        model = self.methods["adapter"].model
+        with FileLock(str(folder / ".lock")):
+            base = memory_layer.load_base(folder)
+            method = MemoryMethod(model, self.tokenizer, s, config=base[0] if base else None)
+            if base is None:
+                docs = [self.tokenizer(text)["input_ids"] for text in background_corpus()]
+                keys_from_background(model, method.memory, docs)
+                method.background = background_stats(model, method.memory, docs)
+                memory_layer.save_base(folder, method.memory, method.background.df, len(docs), BACKGROUND_SOURCE)
+            else:
+                _, tensors, documents = base
+                with torch.no_grad():
+                    method.memory.query.copy_(tensors["query"])
+                    method.memory.sub_keys.copy_(tensors["sub_keys"])
+                method.background = Background(tensors["df"], documents)
+        return method
+
+    def _load_state(self, parent: int) -> None:
+        """Every method's state as of `parent`: the adapter, and the memory rows when a memory exists."""
+        state = resolve(self.versions, parent)
+        self.methods["adapter"].load(state.adapter)
+        if state.memory_rows is not None:
+            self._method("memory")
+        if "memory" in self.methods:
+            self.methods["memory"].load(state.memory)
+
     def _ensure_nf_suite(self, method: UpdateMethod) -> None:
         if self.suites.nf_suite() is None:
-            method.load(None)
+            self._load_state(0)
             self.suites.ensure_nf_suite(self.model_name, lambda probes: score_probes(method.model, self.tokenizer, probes))
 
     def _suites(self, parent: int, own: list[Probe]) -> dict[str, list[Probe]]:
-        learned = [p for m in self.versions.lineage(parent) for p in from_json(m["probes"])]
+        learned = [p for m in learned_manifests(self.versions, parent) for p in from_json(m["probes"])]
         return {"nf": self.suites.nf_probes(), "learned": learned, "must_keep": self.suites.must_keep(), "own": own}
 
     def _score(self, method: UpdateMethod, suites: dict[str, list[Probe]]) -> gate.SuiteScores:

@@ -12,10 +12,14 @@ from the query halves of background text so that slots cover the contexts the mo
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
+
+from service.fileio import read_json, write_json_atomic
 
 
 @dataclass(frozen=True)
@@ -80,32 +84,74 @@ class ProductKeyMemory(nn.Module):
         return out.view(*hidden.shape).to(hidden.dtype)
 
 
-class MemoryMLP(nn.Module):
-    """A decoder layer's MLP with the memory's output added: MLP(x) + memory(x)."""
-
-    def __init__(self, mlp: nn.Module, memory: ProductKeyMemory) -> None:
-        super().__init__()
-        self.mlp = mlp
-        self.memory = memory
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.mlp(x) + self.memory(x)
+def _layer(model: nn.Module, index: int) -> nn.Module:
+    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return causal_lm.model.layers[index]
 
 
 def attach(model: nn.Module, config: MemoryConfig) -> ProductKeyMemory:
-    """Add a memory beside the MLP of decoder layer `config.layer` (in place); returns the memory."""
-    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
-    layer = causal_lm.model.layers[config.layer]
-    if isinstance(layer.mlp, MemoryMLP):
+    """Add a memory beside the MLP of decoder layer `config.layer` (in place): the MLP's output becomes
+    MLP(x) + memory(x). A forward hook, so every existing parameter keeps its name (adapters still load)."""
+    layer = _layer(model, config.layer)
+    if hasattr(layer, "memory"):
         raise ValueError(f"layer {config.layer} already has a memory")
-    device = next(layer.mlp.parameters()).device
-    memory = ProductKeyMemory(config, causal_lm.config.hidden_size).to(device)
-    layer.mlp = MemoryMLP(layer.mlp, memory)
+    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    memory = ProductKeyMemory(config, causal_lm.config.hidden_size).to(next(layer.parameters()).device)
+    layer.memory = memory
+    memory.hook = layer.mlp.register_forward_hook(lambda _mlp, args, out: out + memory(args[0]))
     return memory
 
 
-def detach_memory(model: nn.Module, config: MemoryConfig) -> None:
-    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
-    layer = causal_lm.model.layers[config.layer]
-    if isinstance(layer.mlp, MemoryMLP):
-        layer.mlp = layer.mlp.mlp
+def detach(model: nn.Module, config: MemoryConfig) -> None:
+    layer = _layer(model, config.layer)
+    if hasattr(layer, "memory"):
+        layer.memory.hook.remove()
+        del layer.memory
+
+
+# -- the version-0 state: fixed keys and query, and the background's slot document frequencies ---------
+BASE_FILE = "base.safetensors"
+CONFIG_FILE = "base.json"
+
+
+def save_base(folder: Path, memory: ProductKeyMemory, df: torch.Tensor, documents: int, source: str) -> None:
+    """Written once per data folder, before any memory version exists (temp files, then rename)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / (BASE_FILE + ".tmp")
+    save_file({"query": memory.query.detach().cpu().contiguous(), "sub_keys": memory.sub_keys.detach().cpu().contiguous(),
+               "df": df.contiguous()}, str(tmp))
+    write_json_atomic(folder / CONFIG_FILE, {"config": asdict(memory.config), "documents": documents, "source": source})
+    tmp.replace(folder / BASE_FILE)
+
+
+def load_base(folder: Path) -> tuple[MemoryConfig, dict[str, torch.Tensor], int] | None:
+    """(config, {"query", "sub_keys", "df"}, background documents), or None before the first memory update."""
+    meta = read_json(folder / CONFIG_FILE)
+    if meta is None or not (folder / BASE_FILE).exists():
+        return None
+    return MemoryConfig(**meta["config"]), load_file(str(folder / BASE_FILE)), meta["documents"]
+
+
+def attach_base(model: nn.Module, folder: Path) -> ProductKeyMemory | None:
+    """Attach the data folder's memory (keys as stored, values zero); None when it has none yet."""
+    base = load_base(folder)
+    if base is None:
+        return None
+    config, tensors, _ = base
+    memory = attach(model, config)
+    with torch.no_grad():
+        memory.query.copy_(tensors["query"])
+        memory.sub_keys.copy_(tensors["sub_keys"])
+    return memory
+
+
+def write_rows(memory: ProductKeyMemory, rows: torch.Tensor | None, values: torch.Tensor | None) -> None:
+    if rows is not None and rows.numel():
+        with torch.no_grad():
+            memory.values[rows.to(memory.values.device)] = values.to(memory.values)
+
+
+def clear_rows(memory: ProductKeyMemory, rows: torch.Tensor | None) -> None:
+    if rows is not None and rows.numel():
+        with torch.no_grad():
+            memory.values[rows.to(memory.values.device)] = 0.0

@@ -1,4 +1,8 @@
-"""`ckl weights "text"`: the Train-Attention weight of every token, shaded in the terminal, as PNG or HTML."""
+"""`ckl weights "text"`: the Train-Attention weight of every token, shaded in the terminal, as PNG or HTML.
+
+Shading is relative to the text's largest weight (the weighted loss is normalised by the weights'
+sum, so ratios are what matter); the numbers printed are phi's own.
+"""
 from __future__ import annotations
 
 import argparse
@@ -17,20 +21,26 @@ def shade(weight: float) -> tuple[int, int, int]:
     return tuple(round(lo + (hi - lo) * w) for lo, hi in zip(_LOW, _HIGH))  # type: ignore[return-value]
 
 
+def relative(tokens: Weighted) -> Weighted:
+    """Weights over the text's largest one: what the threshold and the normalised loss see."""
+    top = max((w for _, w in tokens), default=0.0) or 1.0
+    return [(text, w / top) for text, w in tokens]
+
+
 def terminal(tokens: Weighted) -> str:
     parts = []
-    for text, w in tokens:
+    for text, w in relative(tokens):
         r, g, b = shade(w)
         parts.append(f"\x1b[48;2;{r};{g};{b}m\x1b[38;2;0;0;0m{text}\x1b[0m")
     return "".join(parts)
 
 
 def html_page(tokens: Weighted, title: str = "Train-Attention weights") -> str:
-    spans = "".join(
-        f'<span title="{w:.3f}" style="background:rgb{shade(w)}">{html.escape(text)}</span>' for text, w in tokens)
+    spans = "".join(f'<span title="{w:.3f}" style="background:rgb{shade(r)}">{html.escape(text)}</span>'
+                    for (text, w), (_, r) in zip(tokens, relative(tokens)))
     return (f"<!doctype html><meta charset='utf-8'><title>{title}</title>"
             f"<body style='font:16px/1.8 sans-serif;max-width:60em;margin:2em auto;white-space:pre-wrap'>"
-            f"<h3>{title}</h3><p>{spans}</p><p style='color:#666'>darker = larger weight; hover for the value</p>")
+            f"<h3>{title}</h3><p>{spans}</p><p style='color:#666'>shaded relative to the largest weight; hover for the value</p>")
 
 
 def png(tokens: Weighted, path: Path, per_line: int = 12) -> None:
@@ -42,9 +52,9 @@ def png(tokens: Weighted, path: Path, per_line: int = 12) -> None:
 
     rows = max(1, -(-len(tokens) // per_line))
     fig, ax = plt.subplots(figsize=(per_line * 1.1, rows * 0.55 + 0.4))
-    for i, (text, w) in enumerate(tokens):
+    for i, ((text, w), (_, r)) in enumerate(zip(tokens, relative(tokens))):
         x, y = i % per_line, rows - 1 - i // per_line
-        ax.add_patch(plt.Rectangle((x, y), 1, 1, color=[c / 255 for c in shade(w)]))
+        ax.add_patch(plt.Rectangle((x, y), 1, 1, color=[c / 255 for c in shade(r)]))
         ax.text(x + 0.5, y + 0.62, text.replace("\n", "\\n")[:12], ha="center", va="center", fontsize=8)
         ax.text(x + 0.5, y + 0.22, f"{w:.2f}", ha="center", va="center", fontsize=6, color="#444")
     ax.set(xlim=(0, per_line), ylim=(0, rows), xticks=[], yticks=[])

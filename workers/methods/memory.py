@@ -15,6 +15,8 @@ from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from service.knowledge import memory as memory_layer
+from service.knowledge.probes import shipped_pool
+from service.knowledge.scoring import join_probe
 from service.settings import Settings
 from workers.methods.base import Example, UpdateMethod, weighted_positions
 
@@ -27,9 +29,11 @@ class Background:
 
 
 def tfidf(tf: torch.Tensor, background: Background) -> torch.Tensor:
-    """tf(i) / sum tf * log((|B| + 1) / (df(i) + 1)); slots never read score 0."""
-    idf = torch.log((background.documents + 1) / (background.df.float() + 1))
-    return tf / tf.sum().clamp(min=1) * idf
+    """tf(i) / sum tf * log((|B| + 1) / (df(i) + 1)); slots never read score 0; no background: TF alone."""
+    share = tf / tf.sum().clamp(min=1)
+    if background.documents == 0:
+        return share
+    return share * torch.log((background.documents + 1) / (background.df.float() + 1))
 
 
 def kl_score(tf: torch.Tensor, background: Background) -> torch.Tensor:
@@ -40,24 +44,31 @@ def kl_score(tf: torch.Tensor, background: Background) -> torch.Tensor:
 
 
 def top_slots(scores: torch.Tensor, tf: torch.Tensor, t: int) -> torch.Tensor:
-    """Indices of the t best-scoring slots among those read."""
-    read = tf.nonzero().squeeze(-1)
+    """Indices of the t best-scoring slots among those read, never one that scores 0: a "hub" slot that
+    every background document reads (idf 0) would change the model everywhere if it were written."""
+    read = ((tf > 0) & (scores > 0)).nonzero().squeeze(-1)
     return read[scores[read].topk(min(t, read.numel())).indices]
+
+
+def memory_config(settings: Settings, model: PreTrainedModel) -> memory_layer.MemoryConfig:
+    layers = model.config.num_hidden_layers
+    return memory_layer.MemoryConfig(
+        layer=settings.memory_layer if settings.memory_layer is not None else layers * 2 // 3,
+        n_sub_keys=settings.memory_sub_keys, heads=settings.memory_heads, k=settings.memory_k,
+        key_dim=settings.memory_key_dim)
 
 
 class MemoryMethod(UpdateMethod):
     name = "memory"
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: Settings,
-                 config: memory_layer.MemoryConfig | None = None, background: Background | None = None,
-                 top_t: int = 500, score: str = "tfidf") -> None:
+                 config: memory_layer.MemoryConfig | None = None) -> None:
         super().__init__(model, tokenizer, settings)
-        self.config = config or memory_layer.MemoryConfig(layer=model.config.num_hidden_layers * 2 // 3)
+        self.config = config or memory_config(settings, model)
         self.memory = memory_layer.attach(model, self.config)
         self._model = model
-        self.background = background or Background(torch.zeros(self.config.slots, dtype=torch.long), 0)
-        self.top_t = top_t
-        self.score = score
+        self.background = Background(torch.zeros(self.config.slots, dtype=torch.long), 0)  # none: TF alone
+        self.top_t, self.score, self.max_df = settings.memory_top_t, settings.memory_score, settings.memory_max_df
         self.rows_touched: set[int] = set()
 
     @property
@@ -68,7 +79,7 @@ class MemoryMethod(UpdateMethod):
         return [self.memory.values]
 
     def optimizer(self, learning_rate: float | None = None) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=learning_rate or self.settings.learning_rate)
+        return torch.optim.SGD(self.parameters(), lr=learning_rate or self.settings.memory_learning_rate)
 
     def load(self, delta: dict[str, torch.Tensor] | None) -> None:
         with torch.no_grad():
@@ -78,12 +89,14 @@ class MemoryMethod(UpdateMethod):
         self.rows_touched = set()
 
     def delta(self) -> dict[str, torch.Tensor]:
-        rows = self.memory.values.detach().abs().sum(-1).nonzero().squeeze(-1).cpu()
-        return {"rows": rows, "values": self.memory.values.detach()[rows].cpu().clone()}
+        """The rows training wrote since the last load, with their values: a sparse version."""
+        rows = torch.tensor(sorted(self.rows_touched), dtype=torch.long)
+        return {"rows": rows, "values": self.memory.values.detach()[rows.to(self.memory.values.device)].cpu().clone()}
 
     def manifest_fields(self) -> dict[str, Any]:
-        return {"memory": vars(self.config) | {"top_t": self.top_t, "score": self.score},
-                "hyperparameters": {"optimizer": "sgd", "learning_rate": self.settings.learning_rate}}
+        return {"memory": vars(self.config) | {"top_t": self.top_t, "score": self.score, "max_df": self.max_df},
+                "hyperparameters": {"optimizer": "sgd", "learning_rate": self.settings.memory_learning_rate,
+                                    "max_steps": self.settings.max_steps}}
 
     def restrict_gradients(self, batch: list[Example]) -> None:
         """Zero the gradient of every value row outside the batch's top-t slots."""
@@ -91,12 +104,23 @@ class MemoryMethod(UpdateMethod):
         slots = self.memory.last_slots[rows, cols].flatten()
         tf = torch.bincount(slots, minlength=self.config.slots).float()
         scores = (tfidf if self.score == "tfidf" else kl_score)(tf, self.background)
+        if self.background.documents:
+            scores[self.background.df.to(scores.device) > self.max_df * self.background.documents] = 0.0
         keep = top_slots(scores, tf, self.top_t)
         grad = self.memory.values.grad
         mask = torch.zeros(self.config.slots, 1, dtype=torch.bool, device=grad.device)
         mask[keep] = True
         grad.mul_(mask)
         self.rows_touched.update(keep.tolist())
+
+
+BACKGROUND_SOURCE = "the shipped probe pool's sentences (service/knowledge/data/probe_pool.tsv)"
+
+
+def background_corpus() -> list[str]:
+    """The service's background text: the shipped pool of general-knowledge sentences, the kind of text
+    the NF suite is calibrated from (slots these read get a high DF, so new facts rarely write them)."""
+    return [join_probe(p.prompt, p.answer) for p in shipped_pool()]
 
 
 @torch.no_grad()
