@@ -74,7 +74,7 @@ METHODS: dict[str, MethodSpec] = {
     "smf": MethodSpec("memory", "uniform", 10.0),
     "smf+ta": MethodSpec("memory", "train_attention", 10.0, phi_variant="first-order"),
 }
-BACKGROUND_DOCS = 600  # background texts for the memory's keys and slot document frequencies
+BACKGROUND_DOCS = 300  # background texts for the memory's keys and slot document frequencies
 
 
 @dataclass
