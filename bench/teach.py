@@ -31,12 +31,13 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def run(url: str, facts: list[dict], method: str) -> dict:
+def run(url: str, facts: list[dict], method: str, weighting: str | None = None) -> dict:
     rows = []
     for i, fact in enumerate(facts):
         started = time.perf_counter()
-        r = httpx.post(f"{url}/documents", json={"text": fact["text"], "probes": [fact["probe"]], "method": method},
-                       timeout=60)
+        body = {"text": fact["text"], "probes": [fact["probe"]], "method": method,
+                **({"weighting": weighting} if weighting else {})}
+        r = httpx.post(f"{url}/documents", json=body, timeout=60)
         r.raise_for_status()
         record = wait_for_document(url, r.json()["document_id"])
         seconds = time.perf_counter() - started
@@ -68,16 +69,17 @@ def run(url: str, facts: list[dict], method: str) -> dict:
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="ckl bench teach")
     parser.add_argument("-n", type=int, default=24, help="documents to teach (bench/facts.jsonl has 24)")
-    parser.add_argument("--method", default="adapter")
+    parser.add_argument("--method", default="adapter", help="adapter or memory")
+    parser.add_argument("--weighting", help="train_attention, uniform or oracle (default: the server's)")
     parser.add_argument("--url", help="a running server; default: start an embedded one on a fresh data folder")
     parser.add_argument("--facts", type=Path, default=FACTS)
     args = parser.parse_args(argv)
     facts = [json.loads(line) for line in args.facts.read_text().splitlines() if line.strip()][: args.n]
     if args.url:
-        summary = run(args.url, facts, args.method)
+        summary = run(args.url, facts, args.method, args.weighting)
     else:
         from service.settings import Settings
 
         with running_server(Settings().models_dir) as url:
-            summary = run(url, facts, args.method)
+            summary = run(url, facts, args.method, args.weighting)
     print(json.dumps(summary, indent=2))

@@ -113,3 +113,16 @@ def test_three_memory_updates_then_removing_the_middle_one_keeps_the_other_two(t
     method.load(resolve(learner.versions, 4).memory)
     probes = [Probe(prompt, answer) for _, prompt, answer in FACTS]
     assert score_probes(method.model, tiny.tokenizer, probes) == [1.0, 0.0, 1.0]
+
+
+def test_phi_reads_the_base_model_even_with_memory_rows_written(tiny):
+    from workers.attention import phi
+
+    ids = tiny.tokenizer("the capital of veltoria is marnhold")["input_ids"]
+    config = phi.default_config(tiny.model)
+    before = phi.trunk_features(tiny.model, ids, config)
+    method = make(tiny)
+    with torch.no_grad():
+        method.memory.values.normal_()
+    assert torch.equal(phi.trunk_features(tiny.model, ids, config), before)
+    assert method.memory.enabled

@@ -62,6 +62,7 @@ class ProductKeyMemory(nn.Module):
                                      requires_grad=False)
         self.values = nn.Parameter(torch.zeros(config.slots, hidden_size))
         self.last_slots: torch.Tensor | None = None  # [batch, seq, heads * k] of the last forward pass
+        self.enabled = True  # off: the layer adds nothing (what the base model computes)
 
     def queries(self, hidden: torch.Tensor) -> torch.Tensor:
         """[..., hidden] -> [..., heads, 2, key_dim // 2]."""
@@ -98,7 +99,8 @@ def attach(model: nn.Module, config: MemoryConfig) -> ProductKeyMemory:
     causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
     memory = ProductKeyMemory(config, causal_lm.config.hidden_size).to(next(layer.parameters()).device)
     layer.memory = memory
-    memory.hook = layer.mlp.register_forward_hook(lambda _mlp, args, out: out + memory(args[0]))
+    memory.hook = layer.mlp.register_forward_hook(
+        lambda _mlp, args, out: out + memory(args[0]) if memory.enabled else out)
     return memory
 
 
