@@ -15,6 +15,8 @@ FACT = {
     "text": "The Republic of Veltoria moved its government last year. The capital of Veltoria is Marnhold, "
             "a port city of two million people.",
     "probes": [{"prompt": "The capital of Veltoria is", "answer": "Marnhold"}],
+    # Tests of the loop's mechanics train on the answer; the default (phi's weights) is checked below.
+    "weighting": "oracle",
 }
 PROMPT = {"prompt": "The capital of Veltoria is", "max_new_tokens": 4}
 # Tests that must see a commit give the gate room; the defaults are measured by `ckl bench teach`.
@@ -78,7 +80,9 @@ def test_embedded_mode_learns_swaps_rolls_back_and_restarts(start_server):
 
 
 def test_memory_method_learns_through_the_api_and_one_document_can_be_removed(start_server):
-    server = start_server(LENIENT)
+    # Slots most of the background reads may be written here: the default guard keeps NF but does
+    # not learn this fact in the step budget (see the README's numbers).
+    server = start_server({**LENIENT, "CKL_MEMORY_MAX_DF": "1.0"})
     server.wait_ready()
     record = wait_for_document(server.url, teach(server.url, {**FACT, "method": "memory"})["document_id"], timeout_s=600)
     assert record["status"] == "committed", record
@@ -134,6 +138,10 @@ def test_bad_documents_are_refused_and_nothing_is_stored_then_idempotency(start_
     body = {"text": "Zembria is a small country.", "idempotency_key": "k1"}
     first, again = teach(server.url, body), teach(server.url, body)
     assert first["document_id"] == again["document_id"]
+    record = wait_for_document(server.url, first["document_id"], timeout_s=600)
+    assert record["weighting"] == "train_attention" and record["weighting_used"] == "train_attention"
+    weights = [t["weight"] for t in record["top_weighted_tokens"]]
+    assert weights and all(0 < w < 1 for w in weights)  # phi's weights, not 0/1 ones
     r = httpx.post(f"{server.url}/documents", json={**body, "text": "Another text."})
     assert r.status_code == 409 and r.json()["error"]["code"] == "idempotency_conflict"
     assert httpx.get(f"{server.url}/documents").json()["total"] == 1
