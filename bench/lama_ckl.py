@@ -147,7 +147,13 @@ def split(variant: list[Row], invariant: list[Row], scores: dict[str, float], n_
     rng = random.Random(seed)
     rng.shuffle(learn)
     rng.shuffle(keep)
-    return learn[:n_learn], keep[:n_nf]
+    return once(learn)[:n_learn], once(keep)[:n_nf]
+
+
+def once(rows: list[Row]) -> list[Row]:
+    """The first row of each uuid, in order: the two invariant files share 64 identical rows."""
+    seen: set[str] = set()
+    return [r for r in rows if not (r.uuid in seen or seen.add(r.uuid))]
 
 
 # -- training --------------------------------------------------------------------------------------

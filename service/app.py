@@ -134,6 +134,8 @@ def create_app(settings: Settings, run_job: Callable[[str], None] | None = None)
             raise ApiError(404, "not_found", f"no document {document_id}") from exc
         if target.get("removes"):
             raise ApiError(409, "not_removable", "this is a removal; activate an earlier version to undo it")
+        if target.get("removed_in_version"):
+            raise ApiError(409, "already_removed", f"removed in version {target['removed_in_version']}")
         if target["status"] != "committed":
             raise ApiError(409, "not_committed", f"only a committed document can be removed (status: {target['status']})")
         if target["method"] != "memory":

@@ -67,11 +67,14 @@ def test_split_is_deterministic_and_follows_the_scores():
     variant = rows_for(["rome", "paris", "berlin", "france"], 6, "v")
     invariant = rows_for(["italy", "germany", "veltoria"], 6, "i")
     scores = {r.uuid: float(i % 2) for i, r in enumerate(variant + invariant)}
+    assert [r.uuid for r in lama_ckl.once(invariant + invariant[:2])] == [r.uuid for r in invariant]
     first = lama_ckl.split(variant, invariant, scores, 2, 2, seed=3)
     assert first == lama_ckl.split(list(reversed(variant)), invariant[::-1], scores, 2, 2, seed=3)
     learn, keep = first
     assert all(scores[r.uuid] == 0.0 for r in learn) and all(scores[r.uuid] == 1.0 for r in keep)
     assert len(learn) == 2 and len(keep) == 2
+    _, keep = lama_ckl.split(variant, invariant * 2, scores, 2, 6, seed=3)  # a row in two files counts once
+    assert sorted(r.uuid for r in keep) == sorted(r.uuid for r in invariant if scores[r.uuid] == 1.0)
 
 
 def test_summary_takes_the_first_best_epoch():

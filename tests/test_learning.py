@@ -103,6 +103,8 @@ def test_memory_method_learns_through_the_api_and_one_document_can_be_removed(st
     assert report["learned"]["probes"] == 0
     again = httpx.delete(f"{server.url}/documents/{done['document_id']}")
     assert again.status_code == 409 and again.json()["error"]["code"] == "not_removable"
+    twice = httpx.delete(f"{server.url}/documents/{record['document_id']}")
+    assert twice.status_code == 409 and twice.json()["error"]["code"] == "already_removed"
 
 
 BAD_DOCUMENTS = [

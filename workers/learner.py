@@ -182,9 +182,9 @@ class Learner:
                     "method": "memory", "metrics": {**after.summary(), "learned_acc": accuracy(after.learned)},
                     "gate": decision.to_json(), **method.manifest_fields()}
         version = self.versions.commit(parent, method.delta(), manifest)
+        self.documents.update(target["document_id"], removed_in_version=version)  # first: no second removal
         self.documents.update(doc_id, status="committed", version=version, gate=decision.to_json(), scores=scores,
                               replayed=replay)
-        self.documents.update(target["document_id"], removed_in_version=version)
         self.publish(version)
         return "committed"
 
