@@ -210,9 +210,7 @@ class Learner:
                 memory_layer.save_base(folder, method.memory, method.background.df, len(docs), BACKGROUND_SOURCE)
             else:
                 _, tensors, documents = base
-                with torch.no_grad():
-                    method.memory.query.copy_(tensors["query"])
-                    method.memory.sub_keys.copy_(tensors["sub_keys"])
+                memory_layer.set_keys(method.memory, tensors)
                 method.background = Background(tensors["df"], documents)
         return method
 

@@ -104,13 +104,6 @@ def attach(model: nn.Module, config: MemoryConfig) -> ProductKeyMemory:
     return memory
 
 
-def detach(model: nn.Module, config: MemoryConfig) -> None:
-    layer = _layer(model, config.layer)
-    if hasattr(layer, "memory"):
-        layer.memory.hook.remove()
-        del layer.memory
-
-
 # -- the version-0 state: fixed keys and query, and the background's slot document frequencies ---------
 BASE_FILE = "base.safetensors"
 CONFIG_FILE = "base.json"
@@ -141,10 +134,14 @@ def attach_base(model: nn.Module, folder: Path) -> ProductKeyMemory | None:
         return None
     config, tensors, _ = base
     memory = attach(model, config)
+    set_keys(memory, tensors)
+    return memory
+
+
+def set_keys(memory: ProductKeyMemory, tensors: dict[str, torch.Tensor]) -> None:
     with torch.no_grad():
         memory.query.copy_(tensors["query"])
         memory.sub_keys.copy_(tensors["sub_keys"])
-    return memory
 
 
 def write_rows(memory: ProductKeyMemory, rows: torch.Tensor | None, values: torch.Tensor | None) -> None:
