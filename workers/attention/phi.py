@@ -2,7 +2,7 @@
 
 The trunk is the frozen base model itself: phi reads the hidden states of three of its layers
 (a third, two thirds and all the way up) and a small head turns them into `sigmoid(head(h))`.
-Why this trunk (measured; README "Train-Attention"): the worker already holds the base model, so
+Why this trunk (measured by `ckl bench ta-costs`): the worker already holds the base model, so
 phi costs one forward pass of it and a ~120k-parameter head, not a second LM; the trunk's features
 can be computed once per document and reused over every meta-training epoch; and the checkpoint is
 only the head (0.5 MB). A weight belongs to the predicted token, so position 0 (never predicted)
