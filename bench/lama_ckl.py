@@ -40,7 +40,7 @@ from workers import weighting
 from workers.attention.phi import TrainAttention, packaged_checkpoint
 from workers.methods import REGISTRY
 from workers.methods.base import Example
-from workers.methods.memory import MemoryMethod, background_stats, keys_from_background
+from workers.methods.memory import MemoryMethod
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "lama_ckl"
@@ -196,22 +196,22 @@ def rss_mb() -> float:
 def prepare_memory(method: MemoryMethod, loaded: LoadedModel, background: list[str], max_tokens: int) -> dict:
     """Keys from background text, then the slots' document frequencies over it; returns what it found."""
     docs = [loaded.tokenizer(t, truncation=True, max_length=max_tokens)["input_ids"] for t in background]
-    keys_from_background(method.model, method.memory, docs)
-    method.background = background_stats(method.model, method.memory, docs)
+    method.fit_background(docs)
     df = method.background.df
     return {"background_docs": len(docs), "slots_read_by_background": int((df > 0).sum()),
             "slots": int(df.numel()), "max_df_share": round(float(df.max()) / len(docs), 3)}
 
 
-def memory_update_costs(method: MemoryMethod, folder: Path) -> dict[str, Any]:
+def memory_update_costs(method: MemoryMethod) -> dict[str, Any]:
     """Rows the training changed, the sparse delta's size on disk, and the time to swap it in."""
     delta = method.delta()
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file(delta, str(folder / "delta.safetensors"))
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "delta.safetensors"
+        save_file(delta, str(path))
+        size = path.stat().st_size
     started = time.perf_counter()
     method.load(delta)
-    return {"rows_changed": int(delta["rows"].numel()),
-            "delta_bytes": (folder / "delta.safetensors").stat().st_size,
+    return {"rows_changed": int(delta["rows"].numel()), "delta_bytes": size,
             "swap_in_s": round(time.perf_counter() - started, 4)}
 
 
@@ -259,7 +259,7 @@ def run_method(name: str, config: Config, load: Callable[[], LoadedModel], to_le
                        "train_s": round(report.seconds, 2), "mean_loss": sum(report.losses) / len(report.losses)})
         print(f"{name} epoch {epoch}: TO-LEARN {learn_acc:.3f}  NF {nf_acc:.3f}  {report.seconds:.1f} s", flush=True)
     if isinstance(method, MemoryMethod):
-        extra["update"] = memory_update_costs(method, Path(tempfile.mkdtemp()))
+        extra["update"] = memory_update_costs(method)
     return {"method": name, "spec": asdict(spec), "learning_rate": lr, "epochs": epochs, "peak_rss_mb": round(peak),
             **summarize(epochs), **extra}
 

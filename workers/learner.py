@@ -27,14 +27,7 @@ from workers import gate, weighting
 from workers.attention.phi import TrainAttention, packaged_checkpoint
 from workers.methods import REGISTRY, UpdateMethod
 from workers.methods.base import Example
-from workers.methods.memory import (
-    BACKGROUND_SOURCE,
-    Background,
-    MemoryMethod,
-    background_corpus,
-    background_stats,
-    keys_from_background,
-)
+from workers.methods.memory import BACKGROUND_SOURCE, Background, MemoryMethod, background_corpus
 
 log = logging.getLogger(__name__)
 
@@ -205,8 +198,7 @@ class Learner:
             method = MemoryMethod(model, self.tokenizer, s, config=base[0] if base else None)
             if base is None:
                 docs = [self.tokenizer(text)["input_ids"] for text in background_corpus()]
-                keys_from_background(model, method.memory, docs)
-                method.background = background_stats(model, method.memory, docs)
+                method.fit_background(docs)
                 memory_layer.save_base(folder, method.memory, method.background.df, len(docs), BACKGROUND_SOURCE)
             else:
                 _, tensors, documents = base

@@ -41,7 +41,7 @@ class ServingModel:
         self._base_config = base_config
         self._memory_dir = memory_dir
         self.memory: memory_layer.ProductKeyMemory | None = None  # attached with the first memory version
-        self._rows: dict[int, KnowledgeState] = {}  # memory rows per loaded version
+        self._rows: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # memory rows and values per loaded version
         self._lock = threading.Lock()
         self._pins: Counter[int] = Counter()
         self._loaded: set[int] = {0}
@@ -61,7 +61,7 @@ class ServingModel:
                                     else self._version_0_adapter)
                 if state.memory_rows is not None:
                     self._ensure_memory()
-                    self._rows[version] = state
+                    self._rows[version] = (state.memory_rows, state.memory_values)
                 self._loaded.add(version)
             self.current = version
             self._drop_unused()
@@ -87,9 +87,9 @@ class ServingModel:
     def _switch_rows(self, version: int) -> None:
         if self.memory is None or version == self._rows_active:
             return
-        old, new = self._rows.get(self._rows_active), self._rows.get(version)
-        memory_layer.clear_rows(self.memory, old.memory_rows if old else None)
-        memory_layer.write_rows(self.memory, *((new.memory_rows, new.memory_values) if new else (None, None)))
+        old_rows, _ = self._rows.get(self._rows_active, (None, None))
+        memory_layer.clear_rows(self.memory, old_rows)
+        memory_layer.write_rows(self.memory, *self._rows.get(version, (None, None)))
         self._rows_active = version
 
     @contextmanager

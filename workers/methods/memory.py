@@ -98,6 +98,11 @@ class MemoryMethod(UpdateMethod):
                 "hyperparameters": {"optimizer": "sgd", "learning_rate": self.settings.memory_learning_rate,
                                     "max_steps": self.settings.max_steps}}
 
+    def fit_background(self, documents: list[list[int]]) -> None:
+        """The version-0 state from background text: sub-keys from its queries, then its slot DF."""
+        keys_from_background(self.model, self.memory, documents)
+        self.background = background_stats(self.model, self.memory, documents)
+
     def restrict_gradients(self, batch: list[Example]) -> None:
         """Zero the gradient of every value row outside the batch's top-t slots."""
         rows, cols, _, _ = weighted_positions(batch, self.device)
