@@ -148,8 +148,8 @@ class Learner:
         later_rows = {int(r) for m in later for r in self.versions.load_delta(m["version"])["rows"]}
         replay = bool(later_rows & set(removed_rows.tolist()))
         earlier = resolve(self.versions, lineage[position]["parent"] or 0)
-        method.load(earlier.memory if replay else resolve(self.versions, parent).memory)
         if replay:  # train the later memory documents again, in order, from the state before the removed one
+            method.load(earlier.memory)
             for manifest in later:
                 for later_id in manifest["documents"]:
                     later_record = self.documents.get(later_id)
