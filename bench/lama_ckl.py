@@ -36,7 +36,7 @@ from service.knowledge.probes import lama_probe
 from service.knowledge.scoring import Probe, score_probes, token_nll
 from service.model.loader import LoadedModel
 from service.settings import Settings
-from workers import weighting
+from workers import contexts, weighting
 from workers.attention.phi import TrainAttention, packaged_checkpoint
 from workers.methods import REGISTRY
 from workers.methods.base import Example
@@ -158,10 +158,11 @@ def once(rows: list[Row]) -> list[Row]:
 
 # -- training --------------------------------------------------------------------------------------
 def examples_for(rows: list[Row], loaded: LoadedModel, model: torch.nn.Module, max_tokens: int,
-                 spec: MethodSpec, model_name: str = "default") -> list[Example]:
+                 spec: MethodSpec, model_name: str = "default", sentences: bool = False) -> list[Example]:
     """Each row's evidence as one window, weighted uniformly, on the object's occurrences (oracle) or by phi
     (train_attention, with the service's threshold). rho1 starts uniform; its weights are chosen again
-    before every epoch (see rho1_reweigh).
+    before every epoch (see rho1_reweigh). With `sentences` (as the service does for the memory method),
+    each later sentence of the evidence is also an example of its own.
     """
     phi = TrainAttention.from_path(model, packaged_checkpoint(model_name, spec.phi_variant)) \
         if spec.weighting == "train_attention" else None
@@ -178,6 +179,9 @@ def examples_for(rows: list[Row], loaded: LoadedModel, model: torch.nn.Module, m
             weights = weighting.uniform(len(ids))
         if any(weights):
             examples.append(Example(ids, weights))
+        if sentences:
+            bos = ids[0] if ids and ids[0] == loaded.tokenizer.bos_token_id else None
+            examples += contexts.sentence_examples(ids, weights, enc["offset_mapping"], row.evidence, bos, max_tokens)
     return examples
 
 
@@ -228,7 +232,8 @@ def run_method(name: str, config: Config, load: Callable[[], LoadedModel], to_le
         extra["memory"] = prepare_memory(method, loaded, background or [], config.max_tokens)
     method.load(None)
     learn_probes, nf_probes = [r.probe for r in to_learn], [r.probe for r in nf]
-    examples = examples_for(to_learn, loaded, method.model, config.max_tokens, spec, config.model)
+    examples = examples_for(to_learn, loaded, method.model, config.max_tokens, spec, config.model,
+                            method.sentence_contexts)
     reference = token_nll(method.model, [e.input_ids for e in examples], loaded.tokenizer.pad_token_id or 0) \
         if spec.weighting == "rho1" else []
     optimizer = method.optimizer(lr)

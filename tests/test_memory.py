@@ -6,7 +6,7 @@ from service.knowledge.scoring import Probe, score_probes
 from service.settings import Settings
 from workers import weighting
 from workers.methods.base import Example
-from workers.methods.memory import Background, MemoryMethod, kl_score, tfidf, top_slots
+from workers.methods.memory import Background, MemoryMethod, kl_score, tfidf, top_slots, whitening
 
 CONFIG = memory_layer.MemoryConfig(layer=1, n_sub_keys=16, heads=2, k=4, key_dim=8)
 
@@ -71,6 +71,31 @@ def test_the_memory_learns_a_fact(tiny):
     assert score_probes(method.model, tiny.tokenizer, probe) == [0.0]
     report = method.train([fact(tiny)], 60, lambda: score_probes(method.model, tiny.tokenizer, probe) == [1.0])
     assert report.stopped_early, report.losses[-5:]
+
+
+def test_whitening_evens_out_the_background_directions():
+    gen = torch.Generator().manual_seed(0)
+    scales = torch.tensor([30.0, 10.0, 1.0, 0.1])
+    x = torch.randn(4000, 4, generator=gen) * scales + torch.tensor([5.0, 0.0, 0.0, 0.0])
+    mean, w = whitening(x, floor=0.0)
+    variances = ((x - mean) @ w).var(0)
+    assert torch.allclose(mean, torch.tensor([5.0, 0.0, 0.0, 0.0]), atol=1.5)
+    assert variances.max() / variances.min() < 1.2  # the input's ratio is 90,000
+    floored = ((x - mean) @ whitening(x, floor=0.01)[1]).var(0)
+    assert floored[3] < floored[2] < floored[0] * 1.05  # the floor keeps the smallest directions small
+    assert torch.equal(whitening(torch.ones(3, 4))[1], torch.eye(4))
+
+
+def test_fitted_queries_are_centred_on_the_background(tiny):
+    method = make(tiny)
+    docs = [tiny.tokenizer(t)["input_ids"] for t in ("the capital of veltoria is marnhold", "a cat sat on the mat",
+                                                         "rivers run to the sea", "the moon circles the earth")]
+    captured = []
+    hook = method.memory.register_forward_pre_hook(lambda _m, args: captured.append(args[0].detach().flatten(0, -2)))
+    method.fit_background(docs)
+    hook.remove()
+    queries = method.memory.queries(torch.cat(captured[: len(docs)]))
+    assert queries.mean(0).abs().max() < 1e-3 * queries.abs().mean()
 
 
 def test_tfidf_prefers_slots_the_background_rarely_reads():

@@ -23,7 +23,7 @@ from service.knowledge.state import learned_manifests, resolve
 from service.knowledge.versions import ParentMoved, VersionStore
 from service.model.loader import LoadedModel, load_model
 from service.settings import Settings
-from workers import gate, weighting
+from workers import contexts, gate, weighting
 from workers.attention.phi import TrainAttention, packaged_checkpoint
 from workers.methods import REGISTRY, UpdateMethod
 from workers.methods.base import Example
@@ -85,7 +85,7 @@ class Learner:
         clock = time.perf_counter()
         before = self._score(method, suites)
         how = self._weighting(record.get("weighting") or self.settings.weighting)
-        examples, top_tokens = self._examples(record["text"], own, how)
+        examples, top_tokens = self._examples(record["text"], own, how, method.sentence_contexts)
         budget = self._budget(examples, bool(own))
         self.documents.update(doc_id, status="training", progress={"step": 0, "steps": budget}, weighting_used=how,
                               top_weighted_tokens=top_tokens, scores={"before": before.summary()})
@@ -155,7 +155,7 @@ class Learner:
                     later_record = self.documents.get(later_id)
                     own = from_json(later_record["probes"])
                     examples, _ = self._examples(later_record["text"], own, self._weighting(
-                        later_record.get("weighting") or self.settings.weighting))
+                        later_record.get("weighting") or self.settings.weighting), method.sentence_contexts)
                     method.train(examples, self._budget(examples, bool(own)), probes_pass=lambda own=own: bool(own) and
                                  all(s == 1.0 for s in score_probes(method.model, self.tokenizer, own)))
         else:
@@ -229,8 +229,10 @@ class Learner:
             return score_probes(method.model, self.tokenizer, probes) if probes else []
         return gate.SuiteScores(**{name: score(probes) for name, probes in suites.items()})
 
-    def _examples(self, text: str, own: list[Probe], how: str) -> tuple[list[Example], list[dict[str, Any]]]:
-        """Windows of the document, weighted as asked (see Settings.weighting); all-zero weights fall back to uniform."""
+    def _examples(self, text: str, own: list[Probe], how: str,
+                  sentences: bool = False) -> tuple[list[Example], list[dict[str, Any]]]:
+        """Windows of the document, weighted as asked (see Settings.weighting); all-zero weights fall back to uniform.
+        With `sentences`, each later sentence is also an example of its own (workers/contexts.py)."""
         enc = self.tokenizer(text, return_offsets_mapping=True)
         ids, offsets = enc["input_ids"], enc["offset_mapping"]
         if how == "train_attention":
@@ -249,6 +251,9 @@ class Learner:
                 chunk_w = [0.0, *chunk_w[1:]]
             if any(chunk_w):
                 examples.append(Example(chunk_ids, chunk_w))
+        if sentences:
+            bos = ids[0] if ids and ids[0] == self.tokenizer.bos_token_id else None
+            examples += contexts.sentence_examples(ids, weights, offsets, text, bos, window)
         ranked = sorted(range(len(ids)), key=lambda i: -weights[i])[:TOP_WEIGHTED]
         top = [{"token": self.tokenizer.decode([ids[i]]), "weight": round(weights[i], 4), "position": i}
                for i in sorted(ranked) if weights[i] > 0]

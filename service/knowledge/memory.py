@@ -6,9 +6,12 @@ softmaxed, and the chosen value rows are summed with an embedding-bag gather. Sl
 `n_sub_keys ** 2`. The values start at zero, so a model with the memory attached computes exactly
 what the base model computes (version 0), and a learned fact lives in a few value rows.
 
-The query projection and the sub-keys are fixed (never trained): the query is a random projection
-of the normalised hidden state (similar contexts give similar queries), and the sub-keys can be set
-from the query halves of background text so that slots cover the contexts the model sees.
+The query projection and the sub-keys are fixed (never trained): the query is a projection of the
+normalised hidden state (similar contexts give similar queries). Fitted on background text, the
+projection first whitens the hidden state (subtracts the background's mean and evens out its
+directions: otherwise the few directions every context shares decide the slots, and a question
+about a new subject reads the same slots as every question of its kind), and the sub-keys are the
+query halves of background positions, so that slots cover the contexts the model sees.
 """
 from __future__ import annotations
 
@@ -58,6 +61,7 @@ class ProductKeyMemory(nn.Module):
         half = config.key_dim // 2
         self.query = nn.Parameter(torch.randn(hidden_size, config.heads * config.key_dim, generator=gen)
                                   / hidden_size**0.5, requires_grad=False)
+        self.query_bias = nn.Parameter(torch.zeros(config.heads * config.key_dim), requires_grad=False)
         self.sub_keys = nn.Parameter(torch.randn(config.heads, 2, config.n_sub_keys, half, generator=gen) / half**0.5,
                                      requires_grad=False)
         self.values = nn.Parameter(torch.zeros(config.slots, hidden_size))
@@ -68,7 +72,7 @@ class ProductKeyMemory(nn.Module):
         """[..., hidden] -> [..., heads, 2, key_dim // 2]."""
         c = self.config
         x = nn.functional.normalize(hidden.float(), dim=-1)
-        return (x @ self.query).view(*hidden.shape[:-1], c.heads, 2, c.key_dim // 2)
+        return (x @ self.query + self.query_bias).view(*hidden.shape[:-1], c.heads, 2, c.key_dim // 2)
 
     def lookup(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Slot indices and their softmax weights, [..., heads, k] each."""
@@ -106,6 +110,7 @@ def attach(model: nn.Module, config: MemoryConfig) -> ProductKeyMemory:
 
 # -- the version-0 state: fixed keys and query, and the background's slot document frequencies ---------
 BASE_FILE = "base.safetensors"
+KEY_TENSORS = ("query", "query_bias", "sub_keys")
 CONFIG_FILE = "base.json"
 
 
@@ -113,8 +118,8 @@ def save_base(folder: Path, memory: ProductKeyMemory, df: torch.Tensor, document
     """Written once per data folder, before any memory version exists (temp files, then rename)."""
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / (BASE_FILE + ".tmp")
-    save_file({"query": memory.query.detach().cpu().contiguous(), "sub_keys": memory.sub_keys.detach().cpu().contiguous(),
-               "df": df.contiguous()}, str(tmp))
+    tensors = {name: getattr(memory, name).detach().cpu().contiguous() for name in KEY_TENSORS}
+    save_file({**tensors, "df": df.contiguous()}, str(tmp))
     write_json_atomic(folder / CONFIG_FILE, {"config": asdict(memory.config), "documents": documents, "source": source})
     tmp.replace(folder / BASE_FILE)
 
@@ -140,8 +145,9 @@ def attach_base(model: nn.Module, folder: Path) -> ProductKeyMemory | None:
 
 def set_keys(memory: ProductKeyMemory, tensors: dict[str, torch.Tensor]) -> None:
     with torch.no_grad():
-        memory.query.copy_(tensors["query"])
-        memory.sub_keys.copy_(tensors["sub_keys"])
+        for name in KEY_TENSORS:
+            if name in tensors:  # a state stored before the query had a bias keeps the zero bias
+                getattr(memory, name).copy_(tensors[name])
 
 
 def write_rows(memory: ProductKeyMemory, rows: torch.Tensor | None, values: torch.Tensor | None) -> None:

@@ -67,6 +67,7 @@ def make_optimizer(name: str, params: list[nn.Parameter], lr: float) -> torch.op
 
 class UpdateMethod(ABC):
     name: str
+    sentence_contexts = False  # also train each later sentence of a document on its own (workers/contexts.py)
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: Settings) -> None:
         self.tokenizer = tokenizer

@@ -60,6 +60,7 @@ def memory_config(settings: Settings, model: PreTrainedModel) -> memory_layer.Me
 
 class MemoryMethod(UpdateMethod):
     name = "memory"
+    sentence_contexts = True  # slots are found by context: write the fact where a question reads it
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: Settings,
                  config: memory_layer.MemoryConfig | None = None) -> None:
@@ -119,6 +120,7 @@ class MemoryMethod(UpdateMethod):
         self.rows_touched.update(keep.tolist())
 
 
+WHITENING_FLOOR = 0.01  # eigenvalue floor, a share of the largest (the only value tried so far)
 BACKGROUND_SOURCE = "the shipped probe pool's sentences (service/knowledge/data/probe_pool.tsv)"
 
 
@@ -138,10 +140,25 @@ def background_stats(model: nn.Module, memory: memory_layer.ProductKeyMemory, do
     return Background(df, len(documents))
 
 
+def whitening(x: torch.Tensor, floor: float = WHITENING_FLOOR) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean, W) with (x - mean) @ W of identity covariance, up to a floor: each eigenvalue is raised by
+    `floor` times the largest, so directions the background barely uses are not blown up into noise.
+    W is scaled to the identity's Frobenius norm (the queries keep their usual size)."""
+    mean = x.mean(0)
+    centred = x - mean
+    eigenvalues, vectors = torch.linalg.eigh(centred.T @ centred / len(x))
+    if eigenvalues.max() <= 0:  # one position, or all alike: nothing to even out
+        return mean, torch.eye(x.shape[1])
+    eigenvalues = eigenvalues.clamp(min=0) + floor * eigenvalues.max()
+    w = vectors @ torch.diag(eigenvalues.rsqrt()) @ vectors.T
+    return mean, w * (w.shape[0] ** 0.5 / w.norm())
+
+
 @torch.no_grad()
 def keys_from_background(model: nn.Module, memory: memory_layer.ProductKeyMemory, documents: list[list[int]],
                          seed: int = 0) -> None:
-    """Set each head's sub-keys to query halves of sampled background positions, so slots cover real contexts."""
+    """On a fresh memory: whiten its (random) query projection with the background's hidden states, then
+    set each head's sub-keys to the query halves of sampled background positions."""
     captured: list[torch.Tensor] = []
     hook = memory.register_forward_pre_hook(lambda _m, args: captured.append(args[0].detach().flatten(0, -2)))
     try:
@@ -149,7 +166,11 @@ def keys_from_background(model: nn.Module, memory: memory_layer.ProductKeyMemory
             model(input_ids=torch.tensor([ids], device=memory.values.device), use_cache=False)
     finally:
         hook.remove()
-    queries = memory.queries(torch.cat(captured))  # [positions, heads, 2, half]
+    hidden = torch.cat(captured)
+    mean, w = whitening(nn.functional.normalize(hidden.float(), dim=-1))
+    memory.query.copy_(w @ memory.query)
+    memory.query_bias.copy_(-mean @ memory.query)
+    queries = memory.queries(hidden)  # [positions, heads, 2, half]
     gen = torch.Generator().manual_seed(seed)
     n = min(memory.config.n_sub_keys, queries.shape[0])  # with too little text, the rest stay random
     for h in range(memory.config.heads):

@@ -1,0 +1,38 @@
+"""The contexts a document is trained in besides its own windows.
+
+A memory reads its slots from the context before each token, so a fact written while reading the
+second sentence of a document is found again only after that same first sentence. A question starts
+where a sentence starts; training each later sentence also on its own (after the document's first
+token, the BOS) writes the fact where such a question reads it. On the two-sentence documents of
+bench/facts.jsonl, the memory fitted the document's own text (training loss to ~0) but none of the
+facts' probes moved until these contexts were added.
+"""
+from __future__ import annotations
+
+import re
+
+from workers.methods.base import Example
+
+SENTENCE_END = re.compile(r"[.!?](?=\s|$)|\n")
+
+
+def sentence_starts(text: str, offsets: list[tuple[int, int]]) -> list[int]:
+    """Indices of the tokens that begin a sentence after the first: tokens with text (not only whitespace)
+    such that a sentence ends after the previous token starts and no later than this one starts."""
+    ends = [m.end() for m in SENTENCE_END.finditer(text)]
+    return [i for i in range(2, len(offsets)) if text[offsets[i][0]:offsets[i][1]].strip()
+            and any(offsets[i - 1][0] < e <= offsets[i][0] for e in ends)]
+
+
+def sentence_examples(ids: list[int], weights: list[float], offsets: list[tuple[int, int]], text: str,
+                      bos: int | None, window: int) -> list[Example]:
+    """Each later sentence as its own example with the document's weights for its tokens; none without weight."""
+    starts = sentence_starts(text, offsets)
+    examples = []
+    for start, end in zip(starts, [*starts[1:], len(ids)]):
+        prefix = [bos] if bos is not None else []
+        chunk_ids = (prefix + ids[start:end])[:window]
+        chunk_w = ([0.0] + weights[start:end] if prefix else [0.0] + weights[start + 1 : end])[:window]
+        if any(chunk_w):
+            examples.append(Example(chunk_ids, chunk_w))
+    return examples
