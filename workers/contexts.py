@@ -26,7 +26,8 @@ def sentence_starts(text: str, offsets: list[tuple[int, int]]) -> list[int]:
 
 def sentence_examples(ids: list[int], weights: list[float], offsets: list[tuple[int, int]], text: str,
                       bos: int | None, window: int) -> list[Example]:
-    """Each later sentence as its own example with the document's weights for its tokens; none without weight."""
+    """Each later sentence as its own example with the document's weights for its tokens; none without weight.
+    A sentence longer than the window gives its first window (the document's own windows cover all of it)."""
     starts = sentence_starts(text, offsets)
     examples = []
     for start, end in zip(starts, [*starts[1:], len(ids)]):

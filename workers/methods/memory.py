@@ -148,7 +148,7 @@ def whitening(x: torch.Tensor, floor: float = WHITENING_FLOOR) -> tuple[torch.Te
     centred = x - mean
     eigenvalues, vectors = torch.linalg.eigh(centred.T @ centred / len(x))
     if eigenvalues.max() <= 0:  # one position, or all alike: nothing to even out
-        return mean, torch.eye(x.shape[1])
+        return mean, torch.eye(x.shape[1], device=x.device)
     eigenvalues = eigenvalues.clamp(min=0) + floor * eigenvalues.max()
     w = vectors @ torch.diag(eigenvalues.rsqrt()) @ vectors.T
     return mean, w * (w.shape[0] ** 0.5 / w.norm())
