@@ -180,8 +180,8 @@ def examples_for(rows: list[Row], loaded: LoadedModel, model: torch.nn.Module, m
         if any(weights):
             examples.append(Example(ids, weights))
         if sentences:
-            bos = ids[0] if ids and ids[0] == loaded.tokenizer.bos_token_id else None
-            examples += contexts.sentence_examples(ids, weights, enc["offset_mapping"], row.evidence, bos, max_tokens)
+            examples += contexts.sentence_examples(ids, weights, enc["offset_mapping"], row.evidence,
+                                                   loaded.tokenizer.bos_token_id, max_tokens)
     return examples
 
 

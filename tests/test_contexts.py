@@ -17,11 +17,11 @@ def test_each_later_sentence_keeps_the_document_weights_of_its_tokens(tiny):
     ids, offsets = enc["input_ids"], enc["offset_mapping"]
     weights = [0.0] + [float(i) for i in range(1, len(ids))]
     (start,) = sentence_starts(text, offsets)
-    (example,) = sentence_examples(ids, weights, offsets, text, bos=ids[0], window=512)
+    (example,) = sentence_examples(ids, weights, offsets, text, bos_token_id=ids[0], window=512)
     assert example.input_ids == [ids[0]] + ids[start:]
     assert example.weights == [0.0] + weights[start:]
     # without a BOS the sentence's first token is position 0, never predicted
-    (bare,) = sentence_examples(ids, weights, offsets, text, bos=None, window=512)
+    (bare,) = sentence_examples(ids, weights, offsets, text, bos_token_id=None, window=512)
     assert bare.input_ids == ids[start:] and bare.weights == [0.0] + weights[start + 1:]
     # a sentence with no weighted token is not an example; a one-sentence text has no extra context
     assert sentence_examples(ids, [1.0] * start + [0.0] * (len(ids) - start), offsets, text, ids[0], 512) == []

@@ -25,13 +25,14 @@ def sentence_starts(text: str, offsets: list[tuple[int, int]]) -> list[int]:
 
 
 def sentence_examples(ids: list[int], weights: list[float], offsets: list[tuple[int, int]], text: str,
-                      bos: int | None, window: int) -> list[Example]:
+                      bos_token_id: int | None, window: int) -> list[Example]:
     """Each later sentence as its own example with the document's weights for its tokens; none without weight.
-    A sentence longer than the window gives its first window (the document's own windows cover all of it)."""
+    Each starts with the BOS when the document does. A sentence longer than the window gives its first
+    window (the document's own windows cover all of it)."""
     starts = sentence_starts(text, offsets)
+    prefix = ids[:1] if ids and bos_token_id is not None and ids[0] == bos_token_id else []
     examples = []
     for start, end in zip(starts, [*starts[1:], len(ids)]):
-        prefix = [bos] if bos is not None else []
         chunk_ids = (prefix + ids[start:end])[:window]
         chunk_w = ([0.0] + weights[start:end] if prefix else [0.0] + weights[start + 1 : end])[:window]
         if any(chunk_w):

@@ -252,8 +252,7 @@ class Learner:
             if any(chunk_w):
                 examples.append(Example(chunk_ids, chunk_w))
         if sentences:
-            bos = ids[0] if ids and ids[0] == self.tokenizer.bos_token_id else None
-            examples += contexts.sentence_examples(ids, weights, offsets, text, bos, window)
+            examples += contexts.sentence_examples(ids, weights, offsets, text, self.tokenizer.bos_token_id, window)
         ranked = sorted(range(len(ids)), key=lambda i: -weights[i])[:TOP_WEIGHTED]
         top = [{"token": self.tokenizer.decode([ids[i]]), "weight": round(weights[i], 4), "position": i}
                for i in sorted(ranked) if weights[i] > 0]
