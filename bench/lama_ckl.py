@@ -40,7 +40,7 @@ from workers import contexts, weighting
 from workers.attention.phi import TrainAttention, packaged_checkpoint
 from workers.methods import REGISTRY
 from workers.methods.base import Example
-from workers.methods.memory import MemoryMethod
+from workers.methods.memory import MemoryMethod, hubs
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "lama_ckl"
@@ -172,7 +172,7 @@ def examples_for(rows: list[Row], loaded: LoadedModel, model: torch.nn.Module, m
         enc = loaded.tokenizer(row.evidence, return_offsets_mapping=True, truncation=True, max_length=max_tokens)
         ids = enc["input_ids"]
         if spec.weighting == "oracle":
-            weights = weighting.oracle(enc["offset_mapping"], weighting.answer_spans(row.evidence, [row.object]))
+            weights = weighting.oracle(enc["offset_mapping"], row.evidence, [row.object])
         elif phi is not None:
             weights = weighting.thresholded(phi.weights(ids), threshold)
         else:
@@ -198,12 +198,12 @@ def rss_mb() -> float:
 
 
 def prepare_memory(method: MemoryMethod, loaded: LoadedModel, background: list[str], max_tokens: int) -> dict:
-    """Keys from background text, then the slots' document frequencies over it; returns what it found."""
+    """Keys from background text, then the slots' statistics over it; returns what it found."""
     docs = [loaded.tokenizer(t, truncation=True, max_length=max_tokens)["input_ids"] for t in background]
     method.fit_background(docs)
-    df = method.background.df
-    return {"background_docs": len(docs), "slots_read_by_background": int((df > 0).sum()),
-            "slots": int(df.numel()), "max_df_share": round(float(df.max()) / len(docs), 3)}
+    bg = method.background
+    return {"background_docs": len(docs), "slots_read_by_background": int((bg.df > 0).sum()),
+            "slots": int(bg.df.numel()), "hub_slots": int(hubs(bg, method.max_read_share).sum())}
 
 
 def memory_update_costs(method: MemoryMethod) -> dict[str, Any]:
@@ -287,11 +287,11 @@ def markdown(results: dict[str, Any]) -> str:
                      f"{r['total_knowledge']:.3f} | {r['s_per_epoch']:.1f} | {r['peak_rss_mb']} |")
     memory = [r for r in results["methods"] if "update" in r]
     if memory:
-        lines += ["", "| Method | rows changed | delta on disk (KB) | swap-in (ms) | background slots read |",
-                  "|---|---|---|---|---|"]
+        lines += ["", "| Method | rows changed | delta on disk (KB) | swap-in (ms) | background slots read | hub slots |",
+                  "|---|---|---|---|---|---|"]
         lines += [f"| {r['method']} | {r['update']['rows_changed']} | {r['update']['delta_bytes'] / 1024:.0f} | "
                   f"{r['update']['swap_in_s'] * 1000:.1f} | {r['memory']['slots_read_by_background']} of "
-                  f"{r['memory']['slots']} |" for r in memory]
+                  f"{r['memory']['slots']} | {r['memory']['hub_slots']} |" for r in memory]
     t = results["tailoring"]
     lines += ["", f"TO-LEARN {t['to_learn']} rows, NF {t['nf']} rows; model {results['model']}; "
                   f"commit {results['git_commit']}; epoch -1 is the untouched model."]

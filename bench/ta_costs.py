@@ -66,7 +66,7 @@ def answer_ranks(model: torch.nn.Module, tokenizer, variant: str) -> list[int]:
     for line in FACTS.read_text().splitlines():
         fact = json.loads(line)
         enc = tokenizer(fact["text"], return_offsets_mapping=True)
-        mask = weighting.oracle(enc["offset_mapping"], weighting.answer_spans(fact["text"], [fact["probe"]["answer"]]))
+        mask = weighting.oracle(enc["offset_mapping"], fact["text"], [fact["probe"]["answer"]])
         weights = phi.weights(enc["input_ids"])
         order = sorted(range(len(weights)), key=lambda i: -weights[i])
         ranks.append(min(order.index(i) for i, m in enumerate(mask) if m))

@@ -68,7 +68,7 @@ def run(url: str, facts: list[dict], method: str, weighting: str | None = None) 
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="ckl bench teach")
-    parser.add_argument("-n", type=int, default=24, help="documents to teach (bench/facts.jsonl has 24)")
+    parser.add_argument("-n", type=int, default=24, help="documents to teach (bench/facts.jsonl has 100, six templates)")
     parser.add_argument("--method", default="adapter", help="adapter or memory")
     parser.add_argument("--weighting", help="train_attention, uniform or oracle (default: the server's)")
     parser.add_argument("--url", help="a running server; default: start an embedded one on a fresh data folder")

@@ -68,8 +68,8 @@ class Settings(BaseSettings):
     memory_key_dim: int = Field(128, gt=1)
     memory_top_t: int = Field(500, gt=0)  # value rows one batch may write
     memory_score: Literal["tfidf", "kl"] = "tfidf"
-    # Slots read by more than this share of the background documents are never written (forgetting guard).
-    memory_max_df: float = Field(0.02, ge=0, le=1)
+    # "Hub" slots, read at more than this share of the background's positions, are never written.
+    memory_max_read_share: float = Field(0.02, ge=0, le=1)
     memory_learning_rate: float = Field(10.0, gt=0)  # plain SGD on the value rows
 
     # The gate.

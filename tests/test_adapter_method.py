@@ -16,8 +16,7 @@ def make(tiny):
 def fact_example(tiny):
     text = "the capital of veltoria is marnhold"
     enc = tiny.tokenizer(text, return_offsets_mapping=True)
-    spans = weighting.answer_spans(text, ["marnhold"])
-    return Example(enc["input_ids"], weighting.oracle(enc["offset_mapping"], spans))
+    return Example(enc["input_ids"], weighting.oracle(enc["offset_mapping"], text, ["marnhold"]))
 
 
 def test_training_learns_the_probe_and_stops_when_it_passes(tiny):

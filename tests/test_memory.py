@@ -6,7 +6,7 @@ from service.knowledge.scoring import Probe, score_probes
 from service.settings import Settings
 from workers import weighting
 from workers.methods.base import Example
-from workers.methods.memory import Background, MemoryMethod, kl_score, tfidf, top_slots, whitening
+from workers.methods.memory import Background, MemoryMethod, hubs, kl_score, tfidf, top_slots, whitening
 
 CONFIG = memory_layer.MemoryConfig(layer=1, n_sub_keys=16, heads=2, k=4, key_dim=8)
 
@@ -34,7 +34,7 @@ def make(tiny, top_t=500):
 def fact(tiny) -> Example:
     text = "the capital of veltoria is marnhold"
     enc = tiny.tokenizer(text, return_offsets_mapping=True)
-    return Example(enc["input_ids"], weighting.oracle(enc["offset_mapping"], weighting.answer_spans(text, ["marnhold"])))
+    return Example(enc["input_ids"], weighting.oracle(enc["offset_mapping"], text, ["marnhold"]))
 
 
 def test_version_0_logits_are_unchanged_with_the_memory_attached(tiny):
@@ -100,11 +100,31 @@ def test_fitted_queries_are_centred_on_the_background(tiny):
 
 def test_tfidf_prefers_slots_the_background_rarely_reads():
     tf = torch.tensor([4.0, 4.0, 0.0, 1.0])
-    background = Background(df=torch.tensor([90, 1, 0, 0]), documents=100)
+    background = Background(df=torch.tensor([90, 1, 0, 0]), documents=100, reads=torch.tensor([900, 1, 0, 0]),
+                            positions=1000)
     scores = tfidf(tf, background)
     assert scores[1] > scores[0] and scores[2] == 0
     assert top_slots(scores, tf, 2).tolist() == [1, 3]
     assert kl_score(tf, background)[1] > kl_score(tf, background)[0]
+
+
+def test_hubs_are_slots_read_at_a_large_share_of_background_positions():
+    background = Background(df=torch.tensor([100, 100, 3, 0]), documents=100, reads=torch.tensor([300, 20, 3, 0]),
+                            positions=1000)
+    # Slot 1 is read somewhere in every document but at only 2% of positions: not a hub.
+    assert hubs(background, 0.05).tolist() == [True, False, False, False]
+    assert not hubs(Background.empty(4), 0.0).any()  # no background: nothing is a hub
+
+
+def test_background_statistics_count_documents_and_positions(tiny):
+    method = make(tiny)
+    docs = [tiny.tokenizer(t)["input_ids"] for t in ("a cat sat on the mat", "rivers run to the sea")]
+    method.fit_background(docs)
+    bg = method.background
+    reads_per_position = method.config.heads * method.config.k
+    assert bg.documents == 2 and bg.positions == sum(map(len, docs))
+    assert int(bg.reads.sum()) == bg.positions * reads_per_position
+    assert int(bg.df.max()) <= 2 and bool((bg.df <= bg.reads).all())
 
 
 FACTS = [("the capital of veltoria is marnhold", "the capital of veltoria is", "marnhold"),

@@ -60,7 +60,7 @@ def test_swap_during_generation_keeps_the_pinned_version(tiny):
 
 def test_memory_versions_swap_in_only_their_rows(tiny, tmp_path):
     config = memory_layer.MemoryConfig(layer=1, n_sub_keys=8, heads=2, k=4, key_dim=8)
-    memory_layer.save_base(tmp_path, memory_layer.ProductKeyMemory(config, 32), torch.zeros(64, dtype=torch.long), 0, "test")
+    memory_layer.save_base(tmp_path, memory_layer.ProductKeyMemory(config, 32), {}, {"source": "test"})
     ids = torch.tensor([tiny.tokenizer("the capital of france is paris")["input_ids"]])
     with torch.no_grad():
         base = tiny.model(ids).logits.clone()

@@ -66,7 +66,7 @@ def test_oracle_weights_cover_every_occurrence_of_the_answer():
     offsets = [(0, 0), (0, 8), (9, 11), (12, 15), (15, 16), (17, 20), (21, 28), (29, 31), (32, 40), (40, 41)]
     spans = weighting.answer_spans(text, ["Marnhold"])
     assert spans == [(0, 8), (32, 40)]
-    assert weighting.oracle(offsets, spans) == [0, 1, 0, 0, 0, 0, 0, 0, 1, 0]
+    assert weighting.oracle(offsets, text, ["Marnhold"]) == [0, 1, 0, 0, 0, 0, 0, 0, 1, 0]
     assert weighting.uniform(3) == [0.0, 1.0, 1.0]
 
 

@@ -172,7 +172,7 @@ def test_packaged_phi_weighs_object_tokens_above_the_rest(real_phi):
     on, off = [], []
     for row in rows:
         enc = loaded.tokenizer(row.evidence, return_offsets_mapping=True, truncation=True, max_length=128)
-        mask = weighting.oracle(enc["offset_mapping"], weighting.answer_spans(row.evidence, [row.object]))
+        mask = weighting.oracle(enc["offset_mapping"], row.evidence, [row.object])
         weights = ta.weights(enc["input_ids"])
         on += [w for w, m in zip(weights[1:], mask[1:]) if m]
         off += [w for w, m in zip(weights[1:], mask[1:]) if not m]

@@ -188,7 +188,7 @@ class Learner:
         return self.methods[name]
 
     def _build_memory(self) -> MemoryMethod:
-        """The memory method on the adapter's model; its version-0 state (keys, background DF) is built once
+        """The memory method on the adapter's model; its version-0 state (keys, background statistics) is built once
         per data folder from the background corpus and stored under <data>/memory."""
         s, folder = self.settings, self.settings.data_dir / "memory"
         folder.mkdir(parents=True, exist_ok=True)
@@ -196,14 +196,19 @@ class Learner:
         with FileLock(str(folder / ".lock")):
             base = memory_layer.load_base(folder)
             method = MemoryMethod(model, self.tokenizer, s, config=base[0] if base else None)
+            docs = [self.tokenizer(text)["input_ids"] for text in background_corpus()]
             if base is None:
-                docs = [self.tokenizer(text)["input_ids"] for text in background_corpus()]
                 method.fit_background(docs)
-                memory_layer.save_base(folder, method.memory, method.background.df, len(docs), BACKGROUND_SOURCE)
+                tensors, counts = method.background.stored()
+                memory_layer.save_base(folder, method.memory, tensors, {**counts, "source": BACKGROUND_SOURCE})
             else:
-                _, tensors, documents = base
+                _, tensors, meta = base
                 memory_layer.set_keys(method.memory, tensors)
-                method.background = Background(tensors["df"], documents)
+                background = Background.from_stored(tensors, meta)
+                if background is None:  # stored before reads were counted: count them with the stored keys
+                    method.count_background(docs)
+                else:
+                    method.background = background
         return method
 
     def _load_state(self, parent: int) -> None:
@@ -238,7 +243,7 @@ class Learner:
         if how == "train_attention":
             weights = weighting.thresholded(self._phi().weights(ids), self.settings.weight_threshold)
         elif how == "oracle":
-            weights = weighting.oracle(offsets, weighting.answer_spans(text, [p.answer for p in own]))
+            weights = weighting.oracle(offsets, text, [p.answer for p in own])
         else:
             weights = weighting.uniform(len(ids))
         if not any(weights[1:]):

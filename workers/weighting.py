@@ -30,8 +30,10 @@ def answer_spans(text: str, answers: list[str]) -> list[tuple[int, int]]:
     return spans
 
 
-def oracle(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[float]:
-    """1.0 for tokens whose character range overlaps an answer span (offsets from the tokenizer)."""
+def oracle(offsets: list[tuple[int, int]], text: str, answers: list[str]) -> list[float]:
+    """1.0 for tokens whose character range overlaps an occurrence of an answer in `text` (offsets from
+    the tokenizer), 0 elsewhere."""
+    spans = answer_spans(text, answers)
     weights = [1.0 if any(s < span_end and e > span_start for span_start, span_end in spans) and e > s else 0.0
                for s, e in offsets]
     if weights:

@@ -108,28 +108,29 @@ def attach(model: nn.Module, config: MemoryConfig) -> ProductKeyMemory:
     return memory
 
 
-# -- the version-0 state: fixed keys and query, and the background's slot document frequencies ---------
+# -- the version-0 state: fixed keys and query, and the background's slot statistics --------------------
 BASE_FILE = "base.safetensors"
 KEY_TENSORS = ("query", "query_bias", "sub_keys")
 CONFIG_FILE = "base.json"
 
 
-def save_base(folder: Path, memory: ProductKeyMemory, df: torch.Tensor, documents: int, source: str) -> None:
-    """Written once per data folder, before any memory version exists (temp files, then rename)."""
+def save_base(folder: Path, memory: ProductKeyMemory, statistics: dict[str, torch.Tensor], meta: dict) -> None:
+    """Written once per data folder, before any memory version exists (temp files, then rename).
+    `statistics`: per-slot tensors of the background; `meta`: its counts and source (JSON)."""
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / (BASE_FILE + ".tmp")
     tensors = {name: getattr(memory, name).detach().cpu().contiguous() for name in KEY_TENSORS}
-    save_file({**tensors, "df": df.contiguous()}, str(tmp))
-    write_json_atomic(folder / CONFIG_FILE, {"config": asdict(memory.config), "documents": documents, "source": source})
+    save_file({**tensors, **{k: v.contiguous() for k, v in statistics.items()}}, str(tmp))
+    write_json_atomic(folder / CONFIG_FILE, {"config": asdict(memory.config), **meta})
     tmp.replace(folder / BASE_FILE)
 
 
-def load_base(folder: Path) -> tuple[MemoryConfig, dict[str, torch.Tensor], int] | None:
-    """(config, {"query", "sub_keys", "df"}, background documents), or None before the first memory update."""
+def load_base(folder: Path) -> tuple[MemoryConfig, dict[str, torch.Tensor], dict] | None:
+    """(config, stored tensors, meta), or None before the first memory update."""
     meta = read_json(folder / CONFIG_FILE)
     if meta is None or not (folder / BASE_FILE).exists():
         return None
-    return MemoryConfig(**meta["config"]), load_file(str(folder / BASE_FILE)), meta["documents"]
+    return MemoryConfig(**meta.pop("config")), load_file(str(folder / BASE_FILE)), meta
 
 
 def attach_base(model: nn.Module, folder: Path) -> ProductKeyMemory | None:

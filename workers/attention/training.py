@@ -88,7 +88,7 @@ def build_examples(loaded: LoadedModel, model: torch.nn.Module, rows: list[lama_
         enc = loaded.tokenizer(row.evidence, return_offsets_mapping=True, truncation=True, max_length=max_tokens)
         ids = enc["input_ids"]
         task_ids, start = encode_probe(loaded.tokenizer, row.probe)
-        mask = weighting.oracle(enc["offset_mapping"], weighting.answer_spans(row.evidence, [row.object]))
+        mask = weighting.oracle(enc["offset_mapping"], row.evidence, [row.object])
         if row.uuid not in stored:
             stored[row.uuid] = phi.trunk_features(model, ids, config).half()
         examples.append(MetaExample(row.uuid, meta.Pair(ids, task_ids, start), stored[row.uuid].float(),

@@ -3,7 +3,8 @@
 Per batch, count which slots the memory reads at the positions that carry training weight (TF),
 rank them by TF-IDF against how many background documents read each slot (DF), and let only the
 top-t value rows move, with plain SGD (Adam's moments would keep moving rows after they leave the
-top-t). The delta is sparse: the changed rows' indices and values.
+top-t). "Hub" slots, read at a large share of all background positions, are never written: a
+change there would reach everything. The delta is sparse: the changed rows' indices and values.
 """
 from __future__ import annotations
 
@@ -23,9 +24,36 @@ from workers.methods.base import Example, UpdateMethod, weighted_positions
 
 @dataclass
 class Background:
-    """Per-slot document frequency over a background corpus of `documents` texts."""
-    df: torch.Tensor  # [slots], int
+    """Per-slot statistics over a background corpus of `documents` texts and `positions` tokens."""
+    df: torch.Tensor  # [slots], int: documents that read the slot at any position
     documents: int
+    reads: torch.Tensor  # [slots], int: positions that read the slot
+    positions: int
+
+    @classmethod
+    def empty(cls, slots: int) -> Background:
+        return cls(torch.zeros(slots, dtype=torch.long), 0, torch.zeros(slots, dtype=torch.long), 0)
+
+    def stored(self) -> tuple[dict[str, torch.Tensor], dict[str, int]]:
+        """(tensors, counts) as the version-0 state stores them."""
+        return {"df": self.df, "reads": self.reads}, {"documents": self.documents, "positions": self.positions}
+
+    @classmethod
+    def from_stored(cls, tensors: dict[str, torch.Tensor], meta: dict) -> Background | None:
+        """None for a state stored before per-position reads were counted."""
+        if "reads" not in tensors:
+            return None
+        return cls(tensors["df"], meta["documents"], tensors["reads"], meta["positions"])
+
+
+def hubs(background: Background, max_read_share: float) -> torch.Tensor:
+    """Slots read at more than `max_read_share` of the background's positions (a bool mask).
+
+    A share of positions, not of documents: with k slots read per head at every position, most slots
+    are read somewhere in a few hundred documents, but only hubs are read everywhere."""
+    if background.positions == 0:
+        return torch.zeros_like(background.reads, dtype=torch.bool)
+    return background.reads.float() / background.positions > max_read_share
 
 
 def tfidf(tf: torch.Tensor, background: Background) -> torch.Tensor:
@@ -68,8 +96,9 @@ class MemoryMethod(UpdateMethod):
         self.config = config or memory_config(settings, model)
         self.memory = memory_layer.attach(model, self.config)
         self._model = model
-        self.background = Background(torch.zeros(self.config.slots, dtype=torch.long), 0)  # none: TF alone
-        self.top_t, self.score, self.max_df = settings.memory_top_t, settings.memory_score, settings.memory_max_df
+        self.background = Background.empty(self.config.slots)  # none: TF alone
+        self.top_t, self.score = settings.memory_top_t, settings.memory_score
+        self.max_read_share = settings.memory_max_read_share
         self.rows_touched: set[int] = set()
 
     @property
@@ -95,13 +124,17 @@ class MemoryMethod(UpdateMethod):
         return {"rows": rows, "values": self.memory.values.detach()[rows.to(self.memory.values.device)].cpu().clone()}
 
     def manifest_fields(self) -> dict[str, Any]:
-        return {"memory": vars(self.config) | {"top_t": self.top_t, "score": self.score, "max_df": self.max_df},
+        return {"memory": vars(self.config) | {"top_t": self.top_t, "score": self.score,
+                                                 "max_read_share": self.max_read_share},
                 "hyperparameters": {"optimizer": "sgd", "learning_rate": self.settings.memory_learning_rate,
                                     "max_steps": self.settings.max_steps}}
 
     def fit_background(self, documents: list[list[int]]) -> None:
-        """The version-0 state from background text: sub-keys from its queries, then its slot DF."""
+        """The version-0 state from background text: sub-keys from its queries, then its slot statistics."""
         keys_from_background(self.model, self.memory, documents)
+        self.count_background(documents)
+
+    def count_background(self, documents: list[list[int]]) -> None:
         self.background = background_stats(self.model, self.memory, documents)
 
     def restrict_gradients(self, batch: list[Example]) -> None:
@@ -110,8 +143,7 @@ class MemoryMethod(UpdateMethod):
         slots = self.memory.last_slots[rows, cols].flatten()
         tf = torch.bincount(slots, minlength=self.config.slots).float()
         scores = (tfidf if self.score == "tfidf" else kl_score)(tf, self.background)
-        if self.background.documents:
-            scores[self.background.df.to(scores.device) > self.max_df * self.background.documents] = 0.0
+        scores[hubs(self.background, self.max_read_share).to(scores.device)] = 0.0
         keep = top_slots(scores, tf, self.top_t)
         grad = self.memory.values.grad
         mask = torch.zeros(self.config.slots, 1, dtype=torch.bool, device=grad.device)
@@ -132,12 +164,16 @@ def background_corpus() -> list[str]:
 
 @torch.no_grad()
 def background_stats(model: nn.Module, memory: memory_layer.ProductKeyMemory, documents: list[list[int]]) -> Background:
-    """DF: in how many background documents each slot was read (every position of each document)."""
-    df = torch.zeros(memory.config.slots, dtype=torch.long)
+    """How many background documents, and how many positions, read each slot."""
+    stats = Background.empty(memory.config.slots)
     for ids in documents:
         model(input_ids=torch.tensor([ids], device=memory.values.device), use_cache=False)
-        df[memory.last_slots.flatten().unique().cpu()] += 1
-    return Background(df, len(documents))
+        slots = memory.last_slots.flatten().cpu()
+        stats.df[slots.unique()] += 1
+        stats.reads += torch.bincount(slots, minlength=memory.config.slots)
+        stats.positions += len(ids)
+    stats.documents = len(documents)
+    return stats
 
 
 def whitening(x: torch.Tensor, floor: float = WHITENING_FLOOR) -> tuple[torch.Tensor, torch.Tensor]:
