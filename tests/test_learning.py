@@ -80,9 +80,7 @@ def test_embedded_mode_learns_swaps_rolls_back_and_restarts(start_server):
 
 
 def test_memory_method_learns_through_the_api_and_one_document_can_be_removed(start_server):
-    # Slots most of the background reads may be written here: the default guard keeps NF but does
-    # not learn this fact in the step budget (see the README's numbers).
-    server = start_server({**LENIENT, "CKL_MEMORY_MAX_READ_SHARE": "1.0"})
+    server = start_server(LENIENT)
     server.wait_ready()
     record = wait_for_document(server.url, teach(server.url, {**FACT, "method": "memory"})["document_id"], timeout_s=600)
     assert record["status"] == "committed", record

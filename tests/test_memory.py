@@ -125,6 +125,10 @@ def test_background_statistics_count_documents_and_positions(tiny):
     assert bg.documents == 2 and bg.positions == sum(map(len, docs))
     assert int(bg.reads.sum()) == bg.positions * reads_per_position
     assert int(bg.df.max()) <= 2 and bool((bg.df <= bg.reads).all())
+    tensors, counts = bg.stored()
+    again = Background.from_stored(tensors, counts)
+    assert torch.equal(again.reads, bg.reads) and again.positions == bg.positions
+    assert Background.from_stored({"df": bg.df}, {"documents": 2}) is None  # stored before reads were counted
 
 
 FACTS = [("the capital of veltoria is marnhold", "the capital of veltoria is", "marnhold"),
