@@ -196,9 +196,8 @@ class Learner:
         with FileLock(str(folder / ".lock")):
             base = memory_layer.load_base(folder)
             method = MemoryMethod(model, self.tokenizer, s, config=base[0] if base else None)
-            docs = [self.tokenizer(text)["input_ids"] for text in background_corpus()]
             if base is None:
-                method.fit_background(docs)
+                method.fit_background(self._background_documents())
                 tensors, counts = method.background.stored()
                 memory_layer.save_base(folder, method.memory, tensors, {**counts, "source": BACKGROUND_SOURCE})
             else:
@@ -206,10 +205,13 @@ class Learner:
                 memory_layer.set_keys(method.memory, tensors)
                 background = Background.from_stored(tensors, meta)
                 if background is None:  # stored before reads were counted: count them with the stored keys
-                    method.count_background(docs)
+                    method.count_background(self._background_documents())
                 else:
                     method.background = background
         return method
+
+    def _background_documents(self) -> list[list[int]]:
+        return [self.tokenizer(text)["input_ids"] for text in background_corpus()]
 
     def _load_state(self, parent: int) -> None:
         """Every method's state as of `parent`: the adapter, and the memory rows when a memory exists."""
