@@ -73,6 +73,8 @@ METHODS: dict[str, MethodSpec] = {
     "taalm-exact": MethodSpec("adapter", "train_attention", 3e-4, phi_variant="exact"),
     "smf": MethodSpec("memory", "uniform", 10.0),
     "smf+ta": MethodSpec("memory", "train_attention", 10.0, phi_variant="first-order"),
+    # What the memory can learn when the weights are right (the answer's tokens): its ceiling.
+    "smf+oracle": MethodSpec("memory", "oracle", 100.0),
 }
 BACKGROUND_DOCS = 300  # background texts for the memory's keys and slot document frequencies
 

@@ -66,6 +66,7 @@ class Settings(BaseSettings):
     memory_heads: int = Field(4, gt=0)
     memory_k: int = Field(32, gt=0)
     memory_key_dim: int = Field(128, gt=1)
+    memory_score_scale: float = Field(20.0, gt=0)  # sharpness of the slots' read weights (MemoryConfig)
     memory_top_t: int = Field(500, gt=0)  # value rows one batch may write
     memory_score: Literal["tfidf", "kl"] = "tfidf"
     # "Hub" slots, read at more than this share of the background's positions, are never written.

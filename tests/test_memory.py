@@ -26,6 +26,16 @@ def test_product_key_lookup_equals_brute_force_topk():
         assert torch.allclose(weights[..., h, :], best.softmax(-1))
 
 
+def test_a_larger_score_scale_sharpens_the_read_weights_over_the_same_slots():
+    torch.manual_seed(0)
+    flat, sharp = (memory_layer.ProductKeyMemory(memory_layer.MemoryConfig(**{**vars(CONFIG), "score_scale": s}), 32)
+                   for s in (1.0, 20.0))
+    hidden = torch.randn(5, 7, 32)
+    (slots_flat, w_flat), (slots_sharp, w_sharp) = flat.lookup(hidden), sharp.lookup(hidden)
+    assert torch.equal(slots_flat, slots_sharp)
+    assert (w_sharp.amax(-1) > w_flat.amax(-1)).all()
+
+
 def make(tiny, top_t=500):
     settings = Settings(memory_learning_rate=50.0, check_every=1, max_grad_norm=0, memory_top_t=top_t)
     return MemoryMethod(tiny.model, tiny.tokenizer, settings, config=CONFIG)

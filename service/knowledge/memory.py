@@ -33,6 +33,11 @@ class MemoryConfig:
     k: int = 32
     key_dim: int = 128  # per head; each half has key_dim // 2
     seed: int = 0
+    # Multiplies the key scores before the softmax over the top-k (an inverse temperature). The fixed
+    # keys' scores differ little, so at 1 every read slot gets ~1/k of the weight and a written row
+    # reaches any context that reads it at all; sharper, it mostly reaches the contexts it fits best.
+    # 1.0 is also what a state stored before this setting existed was written with.
+    score_scale: float = 1.0
 
     @property
     def slots(self) -> int:
@@ -78,7 +83,7 @@ class ProductKeyMemory(nn.Module):
         """Slot indices and their softmax weights, [..., heads, k] each."""
         scores = torch.einsum("...hcd,hcsd->...hcs", self.queries(hidden), self.sub_keys)
         best, slots = product_topk(scores, self.config.k)
-        return slots, best.softmax(dim=-1)
+        return slots, (best * self.config.score_scale).softmax(dim=-1)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         slots, weights = self.lookup(hidden)

@@ -83,7 +83,7 @@ def memory_config(settings: Settings, model: PreTrainedModel) -> memory_layer.Me
     return memory_layer.MemoryConfig(
         layer=settings.memory_layer if settings.memory_layer is not None else layers * 2 // 3,
         n_sub_keys=settings.memory_sub_keys, heads=settings.memory_heads, k=settings.memory_k,
-        key_dim=settings.memory_key_dim)
+        key_dim=settings.memory_key_dim, score_scale=settings.memory_score_scale)
 
 
 class MemoryMethod(UpdateMethod):
