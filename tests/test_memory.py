@@ -1,4 +1,6 @@
 """The product-key memory and the sparse-memory method on the tiny model."""
+from dataclasses import replace
+
 import torch
 
 from service.knowledge import memory as memory_layer
@@ -28,8 +30,7 @@ def test_product_key_lookup_equals_brute_force_topk():
 
 def test_a_larger_score_scale_sharpens_the_read_weights_over_the_same_slots():
     torch.manual_seed(0)
-    flat, sharp = (memory_layer.ProductKeyMemory(memory_layer.MemoryConfig(**{**vars(CONFIG), "score_scale": s}), 32)
-                   for s in (1.0, 20.0))
+    flat, sharp = (memory_layer.ProductKeyMemory(replace(CONFIG, score_scale=s), 32) for s in (1.0, 20.0))
     hidden = torch.randn(5, 7, 32)
     (slots_flat, w_flat), (slots_sharp, w_sharp) = flat.lookup(hidden), sharp.lookup(hidden)
     assert torch.equal(slots_flat, slots_sharp)
