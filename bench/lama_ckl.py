@@ -73,6 +73,7 @@ METHODS: dict[str, MethodSpec] = {
     "taalm-exact": MethodSpec("adapter", "train_attention", 3e-4, phi_variant="exact"),
     "smf": MethodSpec("memory", "uniform", 10.0),
     "smf+ta": MethodSpec("memory", "train_attention", 10.0, phi_variant="first-order"),
+    "smf+ta-exact": MethodSpec("memory", "train_attention", 10.0, phi_variant="exact"),
     # What the memory can learn when the weights are right (the answer's tokens): its ceiling.
     "smf+oracle": MethodSpec("memory", "oracle", 100.0),
 }
@@ -92,6 +93,7 @@ class Config:
     learning_rates: dict[str, float] = field(default_factory=dict)
     max_grad_norm: float = 1.0
     seed: int = 0
+    offset: int = 0  # rows skipped in each pool; 0 = the reported rows
     rows_per_file: int | None = None
     model: str = "default"  # as CKL_MODEL; picks the packaged phi for train_attention
 
@@ -142,14 +144,15 @@ def tailor_scores(loaded: LoadedModel, rows: list[Row], cache: Path) -> dict[str
 
 
 def split(variant: list[Row], invariant: list[Row], scores: dict[str, float], n_learn: int, n_nf: int,
-          seed: int) -> tuple[list[Row], list[Row]]:
-    """TO-LEARN: variant rows the model gets wrong; NF: invariant rows it gets right. Deterministic in seed."""
+          seed: int, offset: int = 0) -> tuple[list[Row], list[Row]]:
+    """TO-LEARN: variant rows the model gets wrong; NF: invariant rows it gets right. Deterministic in seed.
+    `offset` skips that many rows of each shuffled pool: rows for tuning, disjoint from those reported at 0."""
     learn = sorted((r for r in variant if scores[r.uuid] == 0.0), key=lambda r: r.uuid)
     keep = sorted((r for r in invariant if scores[r.uuid] == 1.0), key=lambda r: r.uuid)
     rng = random.Random(seed)
     rng.shuffle(learn)
     rng.shuffle(keep)
-    return once(learn)[:n_learn], once(keep)[:n_nf]
+    return once(learn)[offset:offset + n_learn], once(keep)[offset:offset + n_nf]
 
 
 def once(rows: list[Row]) -> list[Row]:
@@ -343,7 +346,8 @@ def run_benchmark(config: Config, load: Callable[[], LoadedModel], variant: list
     base = load()
     scores = tailor_scores(base, variant + invariant, cache)
     del base
-    to_learn, nf = split(variant, invariant, scores, config.to_learn, config.nf, config.seed)
+    to_learn, nf = split(variant, invariant, scores, config.to_learn, config.nf, config.seed,
+                      config.offset)
     if not to_learn or not nf:
         raise SystemExit("tailoring left an empty TO-LEARN or NF pool: use more rows")
     # The memory's background: evidence of invariant rows the model gets wrong (in neither pool).
@@ -384,6 +388,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--max-tokens", type=int)
     parser.add_argument("--lr", action="append", default=[], help="per method, e.g. --lr oracle=1e-4")
     parser.add_argument("--seed", type=int)
+    parser.add_argument("--offset", type=int, help="skip the first N rows of each pool: tune here, report at 0")
     parser.add_argument("--max-grad-norm", type=float, help="gradient clipping (0: none; default 1.0)")
     parser.add_argument("--rows-per-file", type=int, help="read only the first N rows of each data file")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with the LAMA-ckl jsonl files")
@@ -396,6 +401,7 @@ def main(argv: list[str]) -> None:
             values.update(PRESETS[preset])
     values.update({k: v for k, v in {"to_learn": args.to_learn, "nf": args.nf, "epochs": args.epochs,
                                      "batch_size": args.batch_size, "max_tokens": args.max_tokens, "seed": args.seed,
+                                     "offset": args.offset,
                                      "max_grad_norm": args.max_grad_norm,
                                      "rows_per_file": args.rows_per_file}.items() if v is not None})
     if args.methods:

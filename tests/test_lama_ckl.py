@@ -75,6 +75,9 @@ def test_split_is_deterministic_and_follows_the_scores():
     assert len(learn) == 2 and len(keep) == 2
     _, keep = lama_ckl.split(variant, invariant * 2, scores, 2, 6, seed=3)  # a row in two files counts once
     assert sorted(r.uuid for r in keep) == sorted(r.uuid for r in invariant if scores[r.uuid] == 1.0)
+    tune_learn, tune_keep = lama_ckl.split(variant, invariant, scores, 2, 2, seed=3, offset=2)  # tuning rows
+    assert {r.uuid for r in tune_learn}.isdisjoint({r.uuid for r in learn}) and len(tune_learn) == 1
+    assert {r.uuid for r in tune_keep}.isdisjoint({r.uuid for r in first[1]}) and len(tune_keep) == 1
 
 
 def test_summary_takes_the_first_best_epoch():
