@@ -178,3 +178,12 @@ def test_packaged_phi_weighs_object_tokens_above_the_rest(real_phi):
         off += [w for w, m in zip(weights[1:], mask[1:]) if not m]
     ratio = (sum(on) / len(on)) / (sum(off) / len(off))
     assert ratio >= 3.0, ratio
+
+
+@pytest.mark.parametrize("variant", ["first-order", "exact"])
+def test_packaged_phis_never_trained_on_a_validation_document(variant):
+    """The split is by uuid (the two invariant files share rows): no uuid is in both lists or twice in one."""
+    data = phi.load_checkpoint(phi.packaged_checkpoint("default", variant)).meta["data"]
+    train, val = data["train_uuids"], data["val_uuids"]
+    assert len(set(train)) == len(train) == data["train_pairs"] and len(set(val)) == len(val) == data["val_pairs"]
+    assert set(train).isdisjoint(val)

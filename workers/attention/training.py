@@ -2,8 +2,9 @@
 
 Data: only invariant rows (invariant_descriptive + invariant_schematic) that the base model gets
 wrong (tailoring score 0, the benchmark's own cached scores): never variant_dev (the TO-LEARN pool)
-nor the invariant rows it gets right (the NOT-TO-FORGET pool). The pairs are sorted by uuid and
-shuffled with the seed; the first `--val` are held out for validation, the rest train. The uuid
+nor the invariant rows it gets right (the NOT-TO-FORGET pool). One pair per uuid (the two files share
+rows); the pairs are sorted by uuid and shuffled with the seed; the first `--val` are held out for
+validation, the rest train. The uuid
 lists' sha256 and the data files' sha256 go into the checkpoint.
 
 Per phi step, over a batch of pairs: weigh the document with phi, take one SGD step of a fresh
@@ -68,10 +69,12 @@ def meta_rows(loaded: LoadedModel, data: Path, results_root: Path, model: str) -
     files = lama_ckl.data_files(data)
     invariant = [row for f in files[1:] for row in lama_ckl.read_rows(f)]
     scores = lama_ckl.tailor_scores(loaded, invariant, lama_ckl.tailoring_cache(results_root, model, files))
-    wrong = sorted((r for r in invariant if scores[r.uuid] == 0.0), key=lambda r: r.uuid)
+    # One row per uuid: the two invariant files share identical rows, and a row in both would otherwise
+    # be trained on twice, or land in training and validation at once.
+    wrong = lama_ckl.once(sorted((r for r in invariant if scores[r.uuid] == 0.0), key=lambda r: r.uuid))
     provenance = {"files": {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in files[1:]},
-                  "rule": "invariant rows the base model scores 0 on (teacher-forced task_descriptive); "
-                          "variant_dev and invariant rows scored 1 are never used"}
+                  "rule": "invariant rows the base model scores 0 on (teacher-forced task_descriptive), one per "
+                          "uuid; variant_dev and invariant rows scored 1 are never used"}
     return wrong, provenance
 
 
