@@ -25,9 +25,9 @@ from transformers import PreTrainedModel
 from service.knowledge.memory import ProductKeyMemory
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
-# The packaged phi the learner uses. On LAMA-ckl (64 rows) both reached Top Acc 0.234 (NF 0.984
-# first-order, 1.000 exact), but on the invented facts the service is taught the first-order phi
-# ranks the answer first in 4 of 24 documents, the exact one in 1 (`ckl bench ta-costs`).
+# The packaged phi the learner uses. Both ship; `CKL_TRAIN_ATTENTION_CHECKPOINT` picks the other. On
+# LAMA-ckl (64 rows, phis trained on the split by uuid) the exact one learned more (Top Acc 0.297
+# against 0.234), but the service's teaching runs were measured with this one.
 DEFAULT_VARIANT = "first-order"
 
 
