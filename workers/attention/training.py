@@ -4,8 +4,7 @@ Data: only invariant rows (invariant_descriptive + invariant_schematic) that the
 wrong (tailoring score 0, the benchmark's own cached scores): never variant_dev (the TO-LEARN pool)
 nor the invariant rows it gets right (the NOT-TO-FORGET pool). One pair per uuid (the two files share
 rows); the pairs are sorted by uuid and shuffled with the seed; the first `--val` are held out for
-validation, the rest train. The uuid
-lists' sha256 and the data files' sha256 go into the checkpoint.
+validation, the rest train. The uuid lists' sha256 and the data files' sha256 go into the checkpoint.
 
 Per phi step, over a batch of pairs: weigh the document with phi, take one SGD step of a fresh
 adapter (LoRA on the frozen base model) on the weighted loss, score the task's answer tokens, and
