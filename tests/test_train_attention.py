@@ -3,6 +3,7 @@ on the tiny model, and the packaged checkpoint on the real model."""
 import pytest
 import torch
 
+from bench import phi_transfer
 from service.settings import Settings
 from workers import weighting
 from workers.attention import meta, phi, show
@@ -136,6 +137,14 @@ def test_thresholded_weights_drop_small_ones():
     assert weighting.thresholded([0.0, 0.05, 0.1, 0.9], 0.1) == [0.0, 0.0, 0.1, 0.9]
     assert weighting.thresholded([0.0, 0.005, 0.01, 0.09], 0.1) == [0.0, 0.0, 0.01, 0.09]  # relative to the largest
     assert weighting.thresholded([0.0, 0.0], 0.1) == [0.0, 0.0]
+
+
+def test_object_share_and_top_token_ignore_position_0():
+    mask = [1.0, 0.0, 1.0, 0.0]  # position 0 is never predicted, even where the object starts the text
+    assert phi_transfer.object_share([9.0, 1.0, 3.0, 0.0], mask) == 0.75
+    assert phi_transfer.top_is_object([9.0, 1.0, 3.0, 0.0], mask)
+    assert not phi_transfer.top_is_object([0.0, 0.2, 0.1, 0.3], mask)
+    assert phi_transfer.object_share([0.0, 0.0, 0.0, 0.0], mask) == 0.0
 
 
 def test_weights_render_in_the_terminal_html_and_png(tmp_path):
