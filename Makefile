@@ -18,9 +18,10 @@ install: $(BIN)/ckl
 serve: install
 	$(BIN)/ckl serve
 
-# Needs redis-server on PATH (apt-get install redis-server) or CKL_TEST_REDIS_URL.
+# Needs redis-server on PATH (apt-get install redis-server) or CKL_TEST_REDIS_URL. The ten slowest tests
+# are listed at the end, so a suite that grows shows where.
 test: install
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=10
 
 bench-generate: install
 	$(BIN)/ckl bench generate
