@@ -61,6 +61,7 @@ class MethodSpec:
     weighting: str  # uniform | oracle | rho1 | train_attention
     learning_rate: float
     phi_variant: str | None = None  # for train_attention: which packaged phi (meta-gradient variant)
+    phi_checkpoint: str | None = None  # for train_attention: a phi outside the package instead (ckl bench phi-crossfit)
 
 
 # The benchmark's registry; sparse memory adds entries here.
@@ -169,8 +170,8 @@ def examples_for(rows: list[Row], loaded: LoadedModel, model: torch.nn.Module, m
     before every epoch (see rho1_reweigh). With `sentences` (as the service does for the memory method),
     each later sentence of the evidence is also an example of its own.
     """
-    phi = TrainAttention.from_path(model, packaged_checkpoint(model_name, spec.phi_variant)) \
-        if spec.weighting == "train_attention" else None
+    phi_path = Path(spec.phi_checkpoint) if spec.phi_checkpoint else packaged_checkpoint(model_name, spec.phi_variant)
+    phi = TrainAttention.from_path(model, phi_path) if spec.weighting == "train_attention" else None
     threshold = Settings().weight_threshold
     examples = []
     for row in rows:
@@ -225,8 +226,8 @@ def memory_update_costs(method: MemoryMethod) -> dict[str, Any]:
 
 
 def run_method(name: str, config: Config, load: Callable[[], LoadedModel], to_learn: list[Row],
-               nf: list[Row], background: list[str] | None = None) -> dict[str, Any]:
-    spec = METHODS[name]
+               nf: list[Row], background: list[str] | None = None, spec: MethodSpec | None = None) -> dict[str, Any]:
+    spec = spec or METHODS[name]
     lr = config.learning_rates.get(name, spec.learning_rate)
     loaded = load()
     settings = Settings(lora_rank=config.lora_rank, lora_alpha=config.lora_alpha, optimizer="adamw",
@@ -341,6 +342,11 @@ def git_commit() -> str:
         return "unknown"
 
 
+def memory_background(invariant: list[Row], scores: dict[str, float]) -> list[str]:
+    """The memory's background text: evidence of invariant rows the model gets wrong (in neither pool)."""
+    return [r.evidence for r in sorted(invariant, key=lambda r: r.uuid) if scores[r.uuid] == 0.0][:BACKGROUND_DOCS]
+
+
 def run_benchmark(config: Config, load: Callable[[], LoadedModel], variant: list[Row], invariant: list[Row],
                   cache: Path, model_name: str) -> dict[str, Any]:
     base = load()
@@ -350,8 +356,7 @@ def run_benchmark(config: Config, load: Callable[[], LoadedModel], variant: list
                       config.offset)
     if not to_learn or not nf:
         raise SystemExit("tailoring left an empty TO-LEARN or NF pool: use more rows")
-    # The memory's background: evidence of invariant rows the model gets wrong (in neither pool).
-    background = [r.evidence for r in sorted(invariant, key=lambda r: r.uuid) if scores[r.uuid] == 0.0][:BACKGROUND_DOCS]
+    background = memory_background(invariant, scores)
     methods = [run_method(name, config, load, to_learn, nf, background) for name in config.methods]
     return {
         "model": model_name,

@@ -154,7 +154,8 @@ def cmd_bench(args: argparse.Namespace) -> None:
     from importlib import import_module
 
     module = {"generate": "bench.generate", "teach": "bench.teach", "lama-ckl": "bench.lama_ckl",
-              "ta-costs": "bench.ta_costs", "phi-transfer": "bench.phi_transfer"}[args.bench]
+              "ta-costs": "bench.ta_costs", "phi-transfer": "bench.phi_transfer",
+              "phi-crossfit": "bench.phi_crossfit"}[args.bench]
     import_module(module).main(args.rest)
 
 
@@ -226,7 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_weights)
 
     p = sub.add_parser("bench", help="benchmarks that print numbers")
-    p.add_argument("bench", choices=["generate", "teach", "lama-ckl", "ta-costs", "phi-transfer"])
+    p.add_argument("bench", choices=["generate", "teach", "lama-ckl", "ta-costs", "phi-transfer",
+                                   "phi-crossfit"])
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_bench)
     return parser

@@ -171,7 +171,8 @@ def meta_step(head: phi.PhiHead, model: torch.nn.Module, batch: list[MetaExample
 
 
 def train(loaded: LoadedModel, train_config: TrainConfig, data: Path, out: Path, results_root: Path, model_name: str,
-          resume: bool) -> tuple[phi.PhiHead, dict[str, Any]]:
+          resume: bool, extra_train: list[lama_ckl.Row] = ()) -> tuple[phi.PhiHead, dict[str, Any]]:
+    """`extra_train`: rows trained on besides the invariant ones (only `ckl bench phi-crossfit` passes any)."""
     loaded.model.set_attn_implementation("eager")  # the exact meta-gradient needs attention's double backward
     torch.manual_seed(train_config.seed)  # the adapter's A matrices, and phi's initial head
     method = AdapterMethod(loaded.model, loaded.tokenizer,
@@ -181,11 +182,11 @@ def train(loaded: LoadedModel, train_config: TrainConfig, data: Path, out: Path,
     rows, provenance = meta_rows(loaded, data, results_root, model_name)
     rows = rows[:]
     random.Random(train_config.seed).shuffle(rows)
-    val_rows, train_rows = rows[: train_config.val], rows[train_config.val :]
+    val_rows, train_rows = rows[: train_config.val], rows[train_config.val :] + list(extra_train)
     provenance.update({"train_pairs": len(train_rows), "val_pairs": len(val_rows),
                        "train_uuids_sha256": uuids_digest(train_rows), "val_uuids_sha256": uuids_digest(val_rows),
                        "val_uuids": [r.uuid for r in val_rows], "train_uuids": [r.uuid for r in train_rows]})
-    examples = build_examples(loaded, model, rows, config, train_config.max_tokens,
+    examples = build_examples(loaded, model, val_rows + train_rows, config, train_config.max_tokens,
                               out.parent / "cache" / f"features-{train_config.max_tokens}.pt")
     val_examples, train_examples = examples[: train_config.val], examples[train_config.val :]
     alignments = None
