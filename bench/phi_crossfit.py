@@ -3,12 +3,13 @@
 A diagnostic; nothing it trains is shipped or served. `ckl train-attention` keeps phi's training
 pairs to invariant rows, and none of their relations occurs in the TO-LEARN pool (`ckl bench
 phi-transfer`). Here the pool (every variant row the base model gets wrong, in the benchmark's own
-order) is cut into two halves, alternate rows. For each half: a first-order phi is trained as the
-packaged one is (`ckl train-attention`'s defaults, the same invariant pairs) plus the pairs of the
-other half; then one LAMA-ckl run on the held-out half, with the whole-pool run's NF rows, trains
-oracle, taalm (the packaged phi) and taalm-crossfit (this phi); `--methods` can add any method of
-the benchmark, and NAME-crossfit for any that uses phi (e.g. smf+ta-crossfit). Same rows, same run:
-what separates taalm from taalm-crossfit is only the TO-LEARN relations' pairs in phi's training.
+order) is cut into two halves, alternate rows. For each half: a phi of `--variant` is trained as the
+packaged one of that variant was (the training settings in its json, the same invariant pairs) plus
+the pairs of the other half; then one LAMA-ckl run on the held-out half, with the whole-pool run's NF
+rows, trains oracle, the packaged phi's method (taalm or taalm-exact) and the same method with this
+phi (NAME-crossfit); `--methods` can add any method of the benchmark, and NAME-crossfit for any that
+uses a phi of the variant (e.g. smf+ta-crossfit). Same rows, same run: what separates taalm from
+taalm-crossfit is only the TO-LEARN relations' pairs in phi's training.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from service.settings import Settings
 from workers.attention import phi, training
 
 SUFFIX = "-crossfit"
+PACKAGED_METHOD = {"first-order": "taalm", "exact": "taalm-exact"}
 
 
 def halves(pool: list[Any], fold: int) -> tuple[list[Any], list[Any]]:
@@ -32,21 +34,23 @@ def halves(pool: list[Any], fold: int) -> tuple[list[Any], list[Any]]:
     return pool[fold::2], pool[1 - fold::2]
 
 
-def method_spec(name: str, phi_path: Path) -> lama_ckl.MethodSpec:
-    """A registry method, or NAME-crossfit: that method with the phi at `phi_path`."""
+def method_spec(name: str, variant: str, phi_path: Path) -> lama_ckl.MethodSpec:
+    """A registry method, or NAME-crossfit: that method with the phi at `phi_path` (of `variant`)."""
     if not name.endswith(SUFFIX):
         return lama_ckl.METHODS[name]
     base = lama_ckl.METHODS[name.removesuffix(SUFFIX)]
-    if base.weighting != "train_attention":
-        raise SystemExit(f"{name}: {name.removesuffix(SUFFIX)} does not use phi")
+    if base.phi_variant != variant:
+        raise SystemExit(f"{name}: {name.removesuffix(SUFFIX)} does not weigh with a {variant} phi")
     return replace(base, phi_checkpoint=str(phi_path))
 
 
-def train_phi(settings: Settings, data: Path, results_root: Path, rows: list[lama_ckl.Row], path: Path) -> None:
-    """The packaged first-order phi's training, plus `rows`; written to `path`. Features and alignments are
-    cached per uuid beside the packaged phi's (bench-results/train-attention/cache)."""
+def train_phi(settings: Settings, variant: str, data: Path, results_root: Path, rows: list[lama_ckl.Row],
+              path: Path) -> None:
+    """The packaged phi's training (its settings), plus `rows`; written to `path`. Features and alignments
+    are cached per uuid beside the packaged phi's (bench-results/train-attention/cache)."""
     loaded = load_model(settings)
-    config = training.TrainConfig()
+    packaged = phi.load_checkpoint(phi.packaged_checkpoint(settings.model, variant))
+    config = training.TrainConfig(**packaged.meta["train"])
     head, record = training.train(loaded, config, data, results_root / "train-attention" / f"crossfit-{path.name}",
                                   results_root, settings.model, resume=False, extra_train=rows)
     phi.save_checkpoint(path, head, {"base_model": phi.fingerprint(loaded.model), "model": settings.model,
@@ -57,10 +61,11 @@ def train_phi(settings: Settings, data: Path, results_root: Path, rows: list[lam
 def run_fold(fold: int, pool: list[lama_ckl.Row], nf: list[lama_ckl.Row], background: list[str], settings: Settings,
              args: argparse.Namespace, results_root: Path) -> dict[str, Any]:
     trained_on, held_out = halves(pool, fold)
-    path = args.out / f"phi-fold{fold}"
-    train_phi(settings, args.data, results_root, trained_on, path)
+    path = args.out / f"phi-{args.variant}-fold{fold}"
+    train_phi(settings, args.variant, args.data, results_root, trained_on, path)
     loaded = load_model(settings)
-    phis = {"packaged": phi.TrainAttention.from_path(loaded.model, phi.packaged_checkpoint(settings.model)),
+    phis = {"packaged": phi.TrainAttention.from_path(loaded.model,
+                                                     phi.packaged_checkpoint(settings.model, args.variant)),
             "crossfit": phi.TrainAttention.from_path(loaded.model, path)}
     transfer = {name: measure(p, loaded.tokenizer, held_out, args.threshold, lama_ckl.Config().max_tokens)
                 for name, p in phis.items()}
@@ -68,7 +73,7 @@ def run_fold(fold: int, pool: list[lama_ckl.Row], nf: list[lama_ckl.Row], backgr
     config = lama_ckl.Config(methods=args.methods, to_learn=len(held_out), nf=len(nf), epochs=args.epochs,
                              model=settings.model)
     methods = [lama_ckl.run_method(name, config, lambda: load_model(settings), held_out, nf, background,
-                                   spec=method_spec(name, path)) for name in args.methods]
+                                   spec=method_spec(name, args.variant, path)) for name in args.methods]
     return {"fold": fold, "trained_on": [r.uuid for r in trained_on], "held_out": [r.uuid for r in held_out],
             "transfer": transfer, "methods": methods}
 
@@ -93,18 +98,22 @@ def markdown(folds: list[dict[str, Any]]) -> str:
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="ckl bench phi-crossfit", description=__doc__.split("\n")[0])
     parser.add_argument("--folds", default="0,1", help="which halves to hold out, comma-separated")
-    parser.add_argument("--methods", default="oracle,taalm,taalm-crossfit",
-                        help="comma-separated benchmark methods, and NAME-crossfit for those that use phi")
+    parser.add_argument("--variant", choices=training.VARIANTS, default=phi.DEFAULT_VARIANT)
+    parser.add_argument("--methods", help="comma-separated benchmark methods, and NAME-crossfit for those that use "
+                        "phi (default: oracle, the variant's taalm method, and it with the crossfit phi)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--nf", type=int, default=128)
     parser.add_argument("--threshold", type=float, default=Settings().weight_threshold)
     parser.add_argument("--data", type=Path, default=lama_ckl.DEFAULT_DATA)
     parser.add_argument("--out", type=Path, default=lama_ckl.ROOT / "bench-results" / "phi-crossfit")
     args = parser.parse_args(argv)
-    args.methods = args.methods.split(",")
+    taalm = PACKAGED_METHOD[args.variant]
+    args.methods = args.methods.split(",") if args.methods else ["oracle", taalm, taalm + SUFFIX]
     unknown = {m.removesuffix(SUFFIX) for m in args.methods} - set(lama_ckl.METHODS)
     if unknown:
         raise SystemExit(f"unknown methods: {', '.join(sorted(unknown))}")
+    for name in args.methods:  # refuse a NAME-crossfit of another variant before hours of training
+        method_spec(name, args.variant, args.out)
     if not args.data.is_dir():
         raise SystemExit(f"no LAMA-ckl data in {args.data}: pass --data")
 
@@ -119,7 +128,8 @@ def main(argv: list[str]) -> None:
     background = lama_ckl.memory_background(invariant, scores)
     args.out.mkdir(parents=True, exist_ok=True)
     folds = [run_fold(int(k), pool, nf, background, settings, args, results_root) for k in args.folds.split(",")]
-    (args.out / "results.json").write_text(json.dumps({"git_commit": lama_ckl.git_commit(), "folds": folds}, indent=1))
+    record = {"git_commit": lama_ckl.git_commit(), "variant": args.variant, "folds": folds}
+    (args.out / "results.json").write_text(json.dumps(record, indent=1))
     table = markdown(folds)
     (args.out / "results.md").write_text(table)
     print(table)
