@@ -40,7 +40,7 @@ def method_spec(name: str, variant: str, phi_path: Path) -> lama_ckl.MethodSpec:
         return lama_ckl.METHODS[name]
     base = lama_ckl.METHODS[name.removesuffix(SUFFIX)]
     if base.phi_variant != variant:
-        raise SystemExit(f"{name}: {name.removesuffix(SUFFIX)} does not weigh with a {variant} phi")
+        raise SystemExit(f"{name}: {name.removesuffix(SUFFIX)} does not weigh with the {variant} phi")
     return replace(base, phi_checkpoint=str(phi_path))
 
 
@@ -112,7 +112,7 @@ def main(argv: list[str]) -> None:
     unknown = {m.removesuffix(SUFFIX) for m in args.methods} - set(lama_ckl.METHODS)
     if unknown:
         raise SystemExit(f"unknown methods: {', '.join(sorted(unknown))}")
-    for name in args.methods:  # refuse a NAME-crossfit of another variant before hours of training
+    for name in args.methods:  # refuse a NAME-crossfit of another variant before any training
         method_spec(name, args.variant, args.out)
     if not args.data.is_dir():
         raise SystemExit(f"no LAMA-ckl data in {args.data}: pass --data")

@@ -20,6 +20,7 @@ import json
 import random
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -171,7 +172,7 @@ def meta_step(head: phi.PhiHead, model: torch.nn.Module, batch: list[MetaExample
 
 
 def train(loaded: LoadedModel, train_config: TrainConfig, data: Path, out: Path, results_root: Path, model_name: str,
-          resume: bool, extra_train: list[lama_ckl.Row] = ()) -> tuple[phi.PhiHead, dict[str, Any]]:
+          resume: bool, extra_train: Sequence[lama_ckl.Row] = ()) -> tuple[phi.PhiHead, dict[str, Any]]:
     """`extra_train`: rows trained on besides the invariant ones (only `ckl bench phi-crossfit` passes any)."""
     loaded.model.set_attn_implementation("eager")  # the exact meta-gradient needs attention's double backward
     torch.manual_seed(train_config.seed)  # the adapter's A matrices, and phi's initial head
