@@ -128,6 +128,12 @@ def data_files(folder: Path) -> list[Path]:
     return [folder / "variant_dev.jsonl", folder / "invariant_descriptive.jsonl", folder / "invariant_schematic.jsonl"]
 
 
+def read_pools(folder: Path, limit: int | None = None) -> tuple[list[Row], list[Row]]:
+    """The variant_dev rows and the invariant rows (both files), `limit` rows per file."""
+    files = data_files(folder)
+    return read_rows(files[0], limit), [row for f in files[1:] for row in read_rows(f, limit)]
+
+
 def tailoring_cache(results_root: Path, model: str, files: list[Path]) -> Path:
     return results_root / "cache" / f"{model.replace('/', '_')}-{file_digest(files)}.json"
 
@@ -170,8 +176,10 @@ def examples_for(rows: list[Row], loaded: LoadedModel, model: torch.nn.Module, m
     before every epoch (see rho1_reweigh). With `sentences` (as the service does for the memory method),
     each later sentence of the evidence is also an example of its own.
     """
-    phi_path = Path(spec.phi_checkpoint) if spec.phi_checkpoint else packaged_checkpoint(model_name, spec.phi_variant)
-    phi = TrainAttention.from_path(model, phi_path) if spec.weighting == "train_attention" else None
+    phi = None
+    if spec.weighting == "train_attention":
+        phi_path = Path(spec.phi_checkpoint) if spec.phi_checkpoint else packaged_checkpoint(model_name, spec.phi_variant)
+        phi = TrainAttention.from_path(model, phi_path)
     threshold = Settings().weight_threshold
     examples = []
     for row in rows:
@@ -418,11 +426,9 @@ def main(argv: list[str]) -> None:
 
     if not args.data.is_dir():
         raise SystemExit(f"no LAMA-ckl data in {args.data}: pass --data (see README for where it comes from)")
-    files = data_files(args.data)
-    variant = read_rows(files[0], config.rows_per_file)
-    invariant = [row for f in files[1:] for row in read_rows(f, config.rows_per_file)]
+    variant, invariant = read_pools(args.data, config.rows_per_file)
     settings = Settings(model=args.model)
-    cache = tailoring_cache(args.out.parent, args.model, files)
+    cache = tailoring_cache(args.out.parent, args.model, data_files(args.data))
     results = run_benchmark(config, lambda: load_model(settings), variant, invariant, cache, args.model)
     write_outputs(results, args.out)
     print(markdown(results))

@@ -120,8 +120,7 @@ def main(argv: list[str]) -> None:
     settings = Settings()
     results_root = lama_ckl.ROOT / "bench-results"
     files = lama_ckl.data_files(args.data)
-    variant = lama_ckl.read_rows(files[0])
-    invariant = [row for f in files[1:] for row in lama_ckl.read_rows(f)]
+    variant, invariant = lama_ckl.read_pools(args.data)
     scores = lama_ckl.tailor_scores(load_model(settings), variant + invariant,
                                     lama_ckl.tailoring_cache(results_root, settings.model, files))
     pool, nf = lama_ckl.split(variant, invariant, scores, len(variant), args.nf, seed=0)

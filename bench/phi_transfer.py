@@ -68,8 +68,7 @@ def main(argv: list[str]) -> None:
     settings = Settings()
     loaded = load_model(settings)
     files = lama_ckl.data_files(args.data)
-    variant = lama_ckl.read_rows(files[0])
-    invariant = [row for f in files[1:] for row in lama_ckl.read_rows(f)]
+    variant, invariant = lama_ckl.read_pools(args.data)
     scores = lama_ckl.tailor_scores(loaded, variant + invariant,
                                     lama_ckl.tailoring_cache(lama_ckl.ROOT / "bench-results", settings.model, files))
     pool, _ = lama_ckl.split(variant, invariant, scores, len(variant), 0, seed=0)
