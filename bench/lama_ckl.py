@@ -128,10 +128,14 @@ def data_files(folder: Path) -> list[Path]:
     return [folder / "variant_dev.jsonl", folder / "invariant_descriptive.jsonl", folder / "invariant_schematic.jsonl"]
 
 
+def read_invariant(folder: Path, limit: int | None = None) -> list[Row]:
+    """The rows of both invariant files, `limit` rows per file."""
+    return [row for f in data_files(folder)[1:] for row in read_rows(f, limit)]
+
+
 def read_pools(folder: Path, limit: int | None = None) -> tuple[list[Row], list[Row]]:
-    """The variant_dev rows and the invariant rows (both files), `limit` rows per file."""
-    files = data_files(folder)
-    return read_rows(files[0], limit), [row for f in files[1:] for row in read_rows(f, limit)]
+    """The variant_dev rows (the TO-LEARN pool's file) and the invariant rows, `limit` rows per file."""
+    return read_rows(data_files(folder)[0], limit), read_invariant(folder, limit)
 
 
 def tailoring_cache(results_root: Path, model: str, files: list[Path]) -> Path:

@@ -67,7 +67,7 @@ class MetaExample:
 # -- data ------------------------------------------------------------------------------------------
 def meta_rows(loaded: LoadedModel, data: Path, results_root: Path, model: str) -> tuple[list[lama_ckl.Row], dict]:
     files = lama_ckl.data_files(data)
-    invariant = [row for f in files[1:] for row in lama_ckl.read_rows(f)]
+    invariant = lama_ckl.read_invariant(data)
     scores = lama_ckl.tailor_scores(loaded, invariant, lama_ckl.tailoring_cache(results_root, model, files))
     # One row per uuid: the two invariant files share identical rows, and a row in both would otherwise
     # be trained on twice, or land in training and validation at once.
