@@ -7,6 +7,9 @@
    evidence in batches, then scores TO-LEARN and NF probes.
 3. Top Acc = best TO-LEARN accuracy over epochs, Epoch = where, NF Acc = NF accuracy there,
    Total Knowledge = Top Acc + NF Acc. Written to results.json, results.md and curves.png.
+4. Where Top Acc comes from: TO-LEARN rows grouped by (relation, answer), and each method's score per
+   group at its best epoch. Many rows share an answer (in the default model's pool of 261, "jazz"
+   answers 37), so a method that learns a relation's common answer scores on every row that has it.
 
 The training loop, the weighted loss and the probe scoring are the service's own (workers.methods,
 service.knowledge.scoring).
@@ -53,6 +56,7 @@ class Row:
     evidence: str
     object: str
     probe: Probe
+    relation: str = ""
 
 
 @dataclass(frozen=True)
@@ -112,7 +116,7 @@ def read_rows(path: Path, limit: int | None = None) -> list[Row]:
         raw = json.loads(line)
         probe = lama_probe(raw)
         if probe is not None:
-            rows.append(Row(raw["uuid"], raw["evidence"], raw["object"], probe))
+            rows.append(Row(raw["uuid"], raw["evidence"], raw["object"], probe, raw.get("relation_label", "")))
     return rows
 
 
@@ -258,13 +262,14 @@ def run_method(name: str, config: Config, load: Callable[[], LoadedModel], to_le
     rng = random.Random(config.seed)
     peak = rss_mb()
 
-    def score() -> tuple[float, float]:
+    def score() -> tuple[float, float, list[float]]:
         learn = score_probes(method.model, loaded.tokenizer, learn_probes)
         keep = score_probes(method.model, loaded.tokenizer, nf_probes)
-        return sum(learn) / len(learn), sum(keep) / len(keep)
+        return sum(learn) / len(learn), sum(keep) / len(keep), [round(s, 4) for s in learn]
 
-    learn_acc, nf_acc = score()
-    epochs = [{"epoch": -1, "to_learn_acc": learn_acc, "nf_acc": nf_acc, "train_s": 0.0}]
+    learn_acc, nf_acc, learn_scores = score()
+    epochs = [{"epoch": -1, "to_learn_acc": learn_acc, "nf_acc": nf_acc, "train_s": 0.0,
+               "to_learn_scores": learn_scores}]
     steps = math.ceil(len(examples) / config.batch_size)
     for epoch in range(config.epochs):
         if reference:
@@ -277,9 +282,10 @@ def run_method(name: str, config: Config, load: Callable[[], LoadedModel], to_le
                 peak = max(peak, rss_mb())
                 bar.update(1)
             report = method.train(order, steps, optimizer=optimizer, batch_size=config.batch_size, progress=progress)
-        learn_acc, nf_acc = score()
+        learn_acc, nf_acc, learn_scores = score()
         epochs.append({"epoch": epoch, "to_learn_acc": learn_acc, "nf_acc": nf_acc,
-                       "train_s": round(report.seconds, 2), "mean_loss": sum(report.losses) / len(report.losses)})
+                       "train_s": round(report.seconds, 2), "mean_loss": sum(report.losses) / len(report.losses),
+                       "to_learn_scores": learn_scores})
         print(f"{name} epoch {epoch}: TO-LEARN {learn_acc:.3f}  NF {nf_acc:.3f}  {report.seconds:.1f} s", flush=True)
     if isinstance(method, MemoryMethod):
         extra["update"] = memory_update_costs(method)
@@ -296,7 +302,43 @@ def summarize(epochs: list[dict[str, Any]]) -> dict[str, Any]:
             "s_per_epoch": sum(e["train_s"] for e in trained) / len(trained)}
 
 
+def answer_groups(answers: list[tuple[str, str]]) -> dict[tuple[str, str], list[int]]:
+    """The TO-LEARN rows' indices per (relation, answer), largest group first (ties in first-seen order)."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, answer in enumerate(answers):
+        groups.setdefault(answer, []).append(i)
+    return dict(sorted(groups.items(), key=lambda item: -len(item[1])))
+
+
+def learned_by_group(groups: dict[tuple[str, str], list[int]], scores: list[float]) -> dict[tuple[str, str], float]:
+    """Each group's summed TO-LEARN score (rows learned, counting a multi-token answer's share)."""
+    return {answer: sum(scores[i] for i in rows) for answer, rows in groups.items()}
+
+
 # -- outputs ---------------------------------------------------------------------------------------
+def best_scores(method: dict[str, Any]) -> list[float]:
+    return next(e["to_learn_scores"] for e in method["epochs"] if e["epoch"] == method["top_epoch"])
+
+
+def groups_markdown(results: dict[str, Any], shown: int = 10) -> list[str]:
+    """Rows learned per (relation, answer) group at each method's best epoch: the largest groups, then the rest."""
+    groups = answer_groups([tuple(a) for a in results["tailoring"]["to_learn_answers"]])
+    methods = results["methods"]
+    learned = [learned_by_group(groups, best_scores(m)) for m in methods]
+    top = list(groups)[:shown]
+    lines = ["", "| Answer (relation) | rows | " + " | ".join(m["method"] for m in methods) + " |",
+             "|---|---|" + "---|" * len(methods)]
+    for answer in top:
+        lines.append(f"| {answer[1]} ({answer[0]}) | {len(groups[answer])} | "
+                     + " | ".join(f"{by[answer]:.0f}" for by in learned) + " |")
+    rest = [a for a in groups if a not in top]
+    lines.append(f"| {len(rest)} other answers | {sum(len(groups[a]) for a in rest)} | "
+                 + " | ".join(f"{sum(by[a] for a in rest):.0f}" for by in learned) + " |")
+    lines.append(f"| answers with a row learned | {len(groups)} | "
+                 + " | ".join(str(sum(by[a] > 0 for a in groups)) for by in learned) + " |")
+    return lines
+
+
 def markdown(results: dict[str, Any]) -> str:
     lines = ["| Method | Top Acc | Epoch | NF Acc | Total Knowledge | s/epoch | peak RSS (MB) |",
              "|---|---|---|---|---|---|---|"]
@@ -310,6 +352,7 @@ def markdown(results: dict[str, Any]) -> str:
         lines += [f"| {r['method']} | {r['update']['rows_changed']} | {r['update']['delta_bytes'] / 1024:.0f} | "
                   f"{r['update']['swap_in_s'] * 1000:.1f} | {r['memory']['slots_read_by_background']} of "
                   f"{r['memory']['slots']} | {r['memory']['hub_slots']} |" for r in memory]
+    lines += groups_markdown(results)
     t = results["tailoring"]
     lines += ["", f"TO-LEARN {t['to_learn']} rows, NF {t['nf']} rows; model {results['model']}; "
                   f"commit {results['git_commit']}; epoch -1 is the untouched model."]
@@ -380,7 +423,8 @@ def run_benchmark(config: Config, load: Callable[[], LoadedModel], variant: list
                       "variant_scored_0": sum(scores[r.uuid] == 0.0 for r in variant),
                       "invariant_scored_1": sum(scores[r.uuid] == 1.0 for r in invariant),
                       "to_learn": len(to_learn), "nf": len(nf),
-                      "to_learn_uuids": [r.uuid for r in to_learn], "nf_uuids": [r.uuid for r in nf]},
+                      "to_learn_uuids": [r.uuid for r in to_learn], "nf_uuids": [r.uuid for r in nf],
+                      "to_learn_answers": [[r.relation, r.object] for r in to_learn]},
         "methods": methods,
     }
 

@@ -88,6 +88,14 @@ def test_summary_takes_the_first_best_epoch():
                                           "s_per_epoch": 3.0}
 
 
+def test_rows_are_grouped_by_relation_and_answer_largest_first():
+    answers = [("genre", "jazz"), ("genre", "rock"), ("genre", "jazz"), ("instrument", "jazz")]
+    groups = lama_ckl.answer_groups(answers)
+    assert groups == {("genre", "jazz"): [0, 2], ("genre", "rock"): [1], ("instrument", "jazz"): [3]}
+    assert lama_ckl.learned_by_group(groups, [1.0, 0.0, 0.5, 1.0]) == \
+        {("genre", "jazz"): 1.5, ("genre", "rock"): 0.0, ("instrument", "jazz"): 1.0}
+
+
 def test_whole_protocol_on_the_tiny_model_writes_three_outputs(tmp_path, tiny):
     from service.model.loader import LoadedModel
     from tests.tiny import WORDS, tiny_model, tiny_tokenizer
@@ -120,7 +128,10 @@ def test_whole_protocol_on_the_tiny_model_writes_three_outputs(tmp_path, tiny):
         assert 0 <= method["top_acc"] <= 1 and method["top_epoch"] in (0, 1) and method["peak_rss_mb"] > 0
     table = (tmp_path / "out" / "results.md").read_text().splitlines()
     assert table[0].startswith("| Method | Top Acc | Epoch | NF Acc | Total Knowledge | s/epoch")
-    assert len([line for line in table if line.startswith("| ") and "---" not in line]) == 8
+    assert table.index("") == 7  # header, rule, five methods
+    groups = table[table.index("| Answer (relation) | rows | finetune | oracle | rho1 | full | smf |"):]
+    n_answers = len({r.object for r in variant if r.uuid in saved["tailoring"]["to_learn_uuids"]})
+    assert groups[2 + min(n_answers, 10) + 1].startswith(f"| answers with a row learned | {n_answers} |")
     assert (tmp_path / "out" / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

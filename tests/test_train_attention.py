@@ -139,6 +139,13 @@ def test_thresholded_weights_drop_small_ones():
     assert weighting.thresholded([0.0, 0.0], 0.1) == [0.0, 0.0]
 
 
+def test_balanced_pairs_count_each_relation_and_answer_once():
+    from workers.attention.training import balance_weights
+
+    weights = balance_weights([("continent", "Antarctica")] * 3 + [("capital", "Paris"), ("continent", "Asia")])
+    assert weights == pytest.approx([5 / 9] * 3 + [5 / 3, 5 / 3])  # three groups of equal total, mean 1
+
+
 def test_object_share_and_top_token_ignore_position_0():
     mask = [1.0, 0.0, 1.0, 0.0]  # position 0 is never predicted, even where the object starts the text
     assert phi_transfer.object_share([9.0, 1.0, 3.0, 0.0], mask) == 0.75

@@ -5,6 +5,8 @@ wrong (tailoring score 0, the benchmark's own cached scores): never variant_dev 
 nor the invariant rows it gets right (the NOT-TO-FORGET pool). One pair per uuid (the two files share
 rows); the pairs are sorted by uuid and shuffled with the seed; the first `--val` are held out for
 validation, the rest train. The uuid lists' sha256 and the data files' sha256 go into the checkpoint.
+With `--balance`, each training pair counts 1 / (training pairs with the same relation and answer): on
+the default model, 105 of the 548 are "continent: Antarctica", the same lesson 105 times over.
 
 Per phi step, over a batch of pairs: weigh the document with phi, take one SGD step of a fresh
 adapter (LoRA on the frozen base model) on the weighted loss, score the task's answer tokens, and
@@ -54,6 +56,7 @@ class TrainConfig:
     validate_every: int = 50
     checkpoint_every: int = 25
     seed: int = 0
+    balance: bool = False  # weigh pairs by 1 / (pairs sharing their relation and answer)
 
 
 @dataclass
@@ -62,6 +65,7 @@ class MetaExample:
     pair: meta.Pair
     features: torch.Tensor  # [tokens, layers * hidden], from the frozen trunk
     object_mask: torch.Tensor  # 1.0 on the object's tokens in the document (for validation only)
+    weight: float = 1.0  # the pair's share in phi's loss (see --balance)
 
 
 # -- data ------------------------------------------------------------------------------------------
@@ -80,6 +84,15 @@ def meta_rows(loaded: LoadedModel, data: Path, results_root: Path, model: str) -
 
 def uuids_digest(rows: list[Any]) -> str:
     return hashlib.sha256("\n".join(r.uuid for r in rows).encode()).hexdigest()
+
+
+def balance_weights(answers: list[tuple[str, str]]) -> list[float]:
+    """1 / (pairs sharing the (relation, answer)), scaled so the weights average 1."""
+    counts: dict[tuple[str, str], int] = {}
+    for answer in answers:
+        counts[answer] = counts.get(answer, 0) + 1
+    raw = [1.0 / counts[a] for a in answers]
+    return [w * len(raw) / sum(raw) for w in raw]
 
 
 def build_examples(loaded: LoadedModel, model: torch.nn.Module, rows: list[lama_ckl.Row], config: phi.PhiConfig,
@@ -166,8 +179,8 @@ def meta_step(head: phi.PhiHead, model: torch.nn.Module, batch: list[MetaExample
             loss = meta.exact_outer_loss(model, theta, ex.pair, weights, train_config.inner_lr)
         else:
             loss = meta.first_order_objective(weights, alignments[ex.uuid])
-        (loss / len(batch)).backward()
-        total += loss.item() / len(batch)
+        (loss * ex.weight / len(batch)).backward()
+        total += loss.item() * ex.weight / len(batch)
     return total
 
 
@@ -190,6 +203,9 @@ def train(loaded: LoadedModel, train_config: TrainConfig, data: Path, out: Path,
     examples = build_examples(loaded, model, val_rows + train_rows, config, train_config.max_tokens,
                               out.parent / "cache" / f"features-{train_config.max_tokens}.pt")
     val_examples, train_examples = examples[: train_config.val], examples[train_config.val :]
+    if train_config.balance:
+        for ex, weight in zip(train_examples, balance_weights([(r.relation, r.object) for r in train_rows])):
+            ex.weight = weight
     alignments = None
     if train_config.variant == "first-order":
         alignments = cached_alignments(model, examples, train_config.inner_lr,
@@ -257,6 +273,8 @@ def main(argv: list[str]) -> None:
                  "checkpoint_every", "seed"):
         value = getattr(defaults, name)
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
+    parser.add_argument("--balance", action="store_true", help="weigh each pair by 1 / (pairs with its relation "
+                        "and answer)")
     parser.add_argument("--data", type=Path, default=lama_ckl.DEFAULT_DATA)
     parser.add_argument("--out", type=Path, help="run folder (default bench-results/train-attention/<variant>)")
     parser.add_argument("--checkpoint", type=Path, help="where the trained phi goes (default: the packaged one)")
