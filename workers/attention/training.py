@@ -22,6 +22,7 @@ import json
 import random
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -88,9 +89,7 @@ def uuids_digest(rows: list[Any]) -> str:
 
 def balance_weights(answers: list[tuple[str, str]]) -> list[float]:
     """1 / (pairs sharing the (relation, answer)), scaled so the weights average 1."""
-    counts: dict[tuple[str, str], int] = {}
-    for answer in answers:
-        counts[answer] = counts.get(answer, 0) + 1
+    counts = Counter(answers)
     raw = [1.0 / counts[a] for a in answers]
     return [w * len(raw) / sum(raw) for w in raw]
 
