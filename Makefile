@@ -18,9 +18,11 @@ install: $(BIN)/ckl
 serve: install
 	$(BIN)/ckl serve
 
-# Needs redis-server on PATH (apt-get install redis-server) or CKL_TEST_REDIS_URL. The ten slowest tests
-# are listed at the end, so a suite that grows shows where.
+# Needs redis-server on PATH (apt-get install redis-server) or CKL_TEST_REDIS_URL. First the import
+# contracts (pyproject.toml: service never imports workers, bench or ckl; workers never imports bench or ckl),
+# then the tests; the ten slowest are listed at the end, so a suite that grows shows where.
 test: install
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=10
 
 bench-generate: install

@@ -19,11 +19,13 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from bench import lama_ckl
+from bench.lama_ckl.run import METHODS, Config, MethodSpec, memory_background, run_method
 from bench.phi_transfer import measure
 from service.model.loader import load_model
 from service.settings import Settings
+from workers import lama_ckl
 from workers.attention import phi, training
+from workers.provenance import RESULTS_ROOT, git_commit
 
 SUFFIX = "-crossfit"
 PACKAGED_METHOD = {"first-order": "taalm", "exact": "taalm-exact"}
@@ -34,11 +36,11 @@ def halves(pool: list[Any], fold: int) -> tuple[list[Any], list[Any]]:
     return pool[fold::2], pool[1 - fold::2]
 
 
-def method_spec(name: str, variant: str, phi_path: Path) -> lama_ckl.MethodSpec:
+def method_spec(name: str, variant: str, phi_path: Path) -> MethodSpec:
     """A registry method, or NAME-crossfit: that method with the phi at `phi_path` (of `variant`)."""
     if not name.endswith(SUFFIX):
-        return lama_ckl.METHODS[name]
-    base = lama_ckl.METHODS[name.removesuffix(SUFFIX)]
+        return METHODS[name]
+    base = METHODS[name.removesuffix(SUFFIX)]
     if base.phi_variant != variant:
         raise SystemExit(f"{name}: {name.removesuffix(SUFFIX)} does not weigh with the {variant} phi")
     return replace(base, phi_checkpoint=str(phi_path))
@@ -54,7 +56,7 @@ def train_phi(settings: Settings, variant: str, data: Path, results_root: Path, 
     head, record = training.train(loaded, config, data, results_root / "train-attention" / f"crossfit-{path.name}",
                                   results_root, settings.model, resume=False, extra_train=rows)
     phi.save_checkpoint(path, head, {"base_model": phi.fingerprint(loaded.model), "model": settings.model,
-                                     "variant": config.variant, "git_commit": lama_ckl.git_commit(),
+                                     "variant": config.variant, "git_commit": git_commit(),
                                      "train": asdict(config), **record})
 
 
@@ -67,13 +69,13 @@ def run_fold(fold: int, pool: list[lama_ckl.Row], nf: list[lama_ckl.Row], backgr
     phis = {"packaged": phi.TrainAttention.from_path(loaded.model,
                                                      phi.packaged_checkpoint(settings.model, args.variant)),
             "crossfit": phi.TrainAttention.from_path(loaded.model, path)}
-    transfer = {name: measure(p, loaded.tokenizer, held_out, args.threshold, lama_ckl.Config().max_tokens)
+    transfer = {name: measure(p, loaded.tokenizer, held_out, args.threshold, Config().max_tokens)
                 for name, p in phis.items()}
     del loaded, phis
-    config = lama_ckl.Config(methods=args.methods, to_learn=len(held_out), nf=len(nf), epochs=args.epochs,
-                             model=settings.model)
-    methods = [lama_ckl.run_method(name, config, lambda: load_model(settings), held_out, nf, background,
-                                   spec=method_spec(name, args.variant, path)) for name in args.methods]
+    config = Config(methods=args.methods, to_learn=len(held_out), nf=len(nf), epochs=args.epochs,
+                    model=settings.model)
+    methods = [run_method(name, config, lambda: load_model(settings), held_out, nf, background,
+                          spec=method_spec(name, args.variant, path)) for name in args.methods]
     return {"fold": fold, "trained_on": [r.uuid for r in trained_on], "held_out": [r.uuid for r in held_out],
             "transfer": transfer, "methods": methods}
 
@@ -105,11 +107,11 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--nf", type=int, default=128)
     parser.add_argument("--threshold", type=float, default=Settings().weight_threshold)
     parser.add_argument("--data", type=Path, default=lama_ckl.DEFAULT_DATA)
-    parser.add_argument("--out", type=Path, default=lama_ckl.ROOT / "bench-results" / "phi-crossfit")
+    parser.add_argument("--out", type=Path, default=RESULTS_ROOT / "phi-crossfit")
     args = parser.parse_args(argv)
     taalm = PACKAGED_METHOD[args.variant]
     args.methods = args.methods.split(",") if args.methods else ["oracle", taalm, taalm + SUFFIX]
-    unknown = {m.removesuffix(SUFFIX) for m in args.methods} - set(lama_ckl.METHODS)
+    unknown = {m.removesuffix(SUFFIX) for m in args.methods} - set(METHODS)
     if unknown:
         raise SystemExit(f"unknown methods: {', '.join(sorted(unknown))}")
     for name in args.methods:  # refuse a NAME-crossfit of another variant before any training
@@ -118,16 +120,16 @@ def main(argv: list[str]) -> None:
         raise SystemExit(f"no LAMA-ckl data in {args.data}: pass --data")
 
     settings = Settings()
-    results_root = lama_ckl.ROOT / "bench-results"
+    results_root = RESULTS_ROOT
     files = lama_ckl.data_files(args.data)
     variant, invariant = lama_ckl.read_pools(args.data)
     scores = lama_ckl.tailor_scores(load_model(settings), variant + invariant,
                                     lama_ckl.tailoring_cache(results_root, settings.model, files))
     pool, nf = lama_ckl.split(variant, invariant, scores, len(variant), args.nf, seed=0)
-    background = lama_ckl.memory_background(invariant, scores)
+    background = memory_background(invariant, scores)
     args.out.mkdir(parents=True, exist_ok=True)
     folds = [run_fold(int(k), pool, nf, background, settings, args, results_root) for k in args.folds.split(",")]
-    record = {"git_commit": lama_ckl.git_commit(), "variant": args.variant, "folds": folds}
+    record = {"git_commit": git_commit(), "variant": args.variant, "folds": folds}
     (args.out / "results.json").write_text(json.dumps(record, indent=1))
     table = markdown(folds)
     (args.out / "results.md").write_text(table)

@@ -14,12 +14,12 @@ import json
 import statistics
 from pathlib import Path
 
-from bench import lama_ckl
 from service.model.loader import load_model
 from service.settings import Settings
-from workers import weighting
+from workers import lama_ckl, weighting
 from workers.attention.phi import TrainAttention, packaged_checkpoint
 from workers.attention.training import VARIANTS
+from workers.provenance import RESULTS_ROOT
 
 REPORTED_ROWS = 64  # what `ckl bench lama-ckl --to-learn 64` trains on
 
@@ -70,7 +70,7 @@ def main(argv: list[str]) -> None:
     files = lama_ckl.data_files(args.data)
     variant, invariant = lama_ckl.read_pools(args.data)
     scores = lama_ckl.tailor_scores(loaded, variant + invariant,
-                                    lama_ckl.tailoring_cache(lama_ckl.ROOT / "bench-results", settings.model, files))
+                                    lama_ckl.tailoring_cache(RESULTS_ROOT, settings.model, files))
     pool, _ = lama_ckl.split(variant, invariant, scores, len(variant), 0, seed=0)
     by_uuid = {row.uuid: row for row in lama_ckl.once(invariant)}
     relation = relations(files)

@@ -26,7 +26,7 @@ def running_server(models_dir: Path, timeout_s: float = 600) -> Iterator[str]:
     with tempfile.TemporaryDirectory() as data:
         port = free_port()
         env = {**os.environ, "CKL_DATA_DIR": data, "CKL_MODEL_CACHE_DIR": str(models_dir), "CKL_PORT": str(port)}
-        server = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"], env=env,
+        server = subprocess.Popen([sys.executable, "-m", "ckl", "serve"], env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{port}"
         try:

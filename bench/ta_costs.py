@@ -19,12 +19,11 @@ from pathlib import Path
 
 import torch
 
-from bench import lama_ckl
 from bench.teach import FACTS
 from service.knowledge.scoring import decoder_and_head
 from service.model.loader import load_model
 from service.settings import Settings
-from workers import weighting
+from workers import lama_ckl, weighting
 from workers.attention.phi import TrainAttention, base_only, packaged_checkpoint
 from workers.methods.adapter import AdapterMethod
 from workers.methods.base import Example

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 
 from bench.server import running_server
-from service.cli import wait_for_document
+from ckl.client import wait_for_document
 
 FACTS = Path(__file__).with_name("facts.jsonl")
 

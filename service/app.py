@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -12,6 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service import forgetting
+from service.knowledge import methods
 from service.documents import IdempotencyConflict, UnknownDocument
 from service.knowledge.probes import to_json
 from service.knowledge.scoring import Probe
@@ -19,7 +19,6 @@ from service.knowledge.versions import UnknownVersion
 from service.model.generation import SamplingParams, generate
 from service.runtime import Runtime
 from service.schemas import DocumentAccepted, DocumentRequest, GenerateRequest, GenerateResponse, ProbesRequest
-from service.settings import Settings
 
 
 class ApiError(Exception):
@@ -56,13 +55,13 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body("http_error", str(exc.detail)), status_code=exc.status_code)
 
 
-def create_app(settings: Settings, run_job: Callable[[str], None] | None = None) -> FastAPI:
-    """The app; `run_job` is the learning job for the embedded (no Redis) mode."""
-    runtime = Runtime.create(settings)
+def create_app(runtime: Runtime) -> FastAPI:
+    """The app over a runtime (Runtime.create); the runtime starts in the background when the app starts."""
+    settings = runtime.settings
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
-        threading.Thread(target=runtime.start, args=(run_job,), daemon=True, name="ckl-start").start()
+        threading.Thread(target=runtime.start, daemon=True, name="ckl-start").start()
         yield
         runtime.close()
 
@@ -110,7 +109,8 @@ def create_app(settings: Settings, run_job: Callable[[str], None] | None = None)
             raise field_error("weighting", "needs_answers_in_text",
                               "oracle weighting needs probes whose answer occurs in the text")
         serving()  # refuse before storing anything while no queue exists yet
-        body = {**req.model_dump(exclude={"idempotency_key"}), "weighting": weighting}
+        body = {**req.model_dump(exclude={"idempotency_key"}), "weighting": weighting,
+                "method": req.method or settings.method}
         try:
             record, new = runtime.documents.create(body, req.idempotency_key)
         except IdempotencyConflict as exc:
@@ -138,14 +138,15 @@ def create_app(settings: Settings, run_job: Callable[[str], None] | None = None)
             raise ApiError(409, "already_removed", f"removed in version {target['removed_in_version']}")
         if target["status"] != "committed":
             raise ApiError(409, "not_committed", f"only a committed document can be removed (status: {target['status']})")
-        if target["method"] != "memory":
-            raise ApiError(409, "not_removable", "only memory documents can be removed one by one; "
-                                                 "roll an adapter document back with POST /versions/{n}/activate")
+        if not methods.get(target["method"]).removable:
+            removable = ", ".join(s.name for s in methods.registered() if s.removable)
+            raise ApiError(409, "not_removable", f"only documents of a removable method ({removable}) can be removed "
+                                                 f"one by one; roll back with POST /versions/{{n}}/activate")
         lineage = {m["version"] for m in runtime.versions.lineage(runtime.versions.current())}
         if target["version"] not in lineage:
             raise ApiError(409, "not_current", f"version {target['version']} is not part of the current version")
         serving()
-        body = {"text": "", "probes": [], "method": "memory", "weighting": "uniform", "removes": document_id}
+        body = {"text": "", "probes": [], "method": target["method"], "weighting": "uniform", "removes": document_id}
         record, new = runtime.documents.create(body, f"remove:{document_id}:{runtime.versions.current()}")
         if new:
             record = runtime.documents.update(record["document_id"], job_id=runtime.queue.enqueue(record["document_id"], 0))

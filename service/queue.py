@@ -1,6 +1,7 @@
-"""The job queue: one small interface, two implementations.
+"""The job queue: one small interface, two implementations, both given the job function (workers/job.py)
+by whoever builds them; this package never imports workers.
 
-- `RQQueue`: jobs go to Redis; a separate `ckl worker` process runs them.
+- `RQQueue`: jobs go to Redis, naming the job function; a separate `ckl worker` process runs them.
 - `InProcessQueue`: the embedded default; the same job function runs in a thread of the API process.
 """
 from __future__ import annotations
@@ -13,7 +14,6 @@ from typing import Protocol
 
 log = logging.getLogger(__name__)
 
-JOB_FUNCTION = "workers.job.learn_document"
 VERSION_CHANNEL = "ckl:versions"
 
 
@@ -27,11 +27,16 @@ def job_id_for(document_id: str, attempt: int) -> str:
     return f"doc-{document_id}-{attempt}"
 
 
-class InProcessQueue:
-    """Runs `run(document_id)` for each queued id, one at a time, in a daemon thread."""
+Job = Callable[[str], object]  # a document id in; raises when the attempt failed
 
-    def __init__(self, run: Callable[[str], None]) -> None:
+
+class InProcessQueue:
+    """Runs `run(document_id)` for each queued id, one at a time, in a daemon thread; a failed run is
+    run again right away, up to `retries` times (as RQQueue's Retry does)."""
+
+    def __init__(self, run: Job, retries: int = 0) -> None:
         self._run = run
+        self._retries = retries
         self._items: queue.Queue[str | None] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="ckl-embedded-worker", daemon=True)
         self._thread.start()
@@ -42,20 +47,26 @@ class InProcessQueue:
 
     def _loop(self) -> None:
         while (document_id := self._items.get()) is not None:
-            try:
-                self._run(document_id)
-            except Exception:  # the job records its own failure; the loop must survive it
-                log.exception("embedded job for document %s failed", document_id)
+            for _ in range(self._retries + 1):
+                try:
+                    self._run(document_id)
+                    break
+                except Exception:  # the job records its own failure; the loop must survive it
+                    log.exception("embedded job for document %s failed", document_id)
 
     def close(self) -> None:
         self._items.put(None)
 
 
 class RQQueue:
-    def __init__(self, redis_url: str, name: str, timeout_s: int, retries: int) -> None:
+    """Jobs in Redis: `job` must be a module-level function, which RQ records by its dotted name and a worker
+    process imports."""
+
+    def __init__(self, job: Job, redis_url: str, name: str, timeout_s: int, retries: int) -> None:
         from redis import Redis
         from rq import Queue
 
+        self._job = job
         self.redis = Redis.from_url(redis_url)
         self.rq_queue = Queue(name, connection=self.redis)
         self._timeout_s = timeout_s
@@ -65,7 +76,7 @@ class RQQueue:
         from rq import Retry
 
         job = self.rq_queue.enqueue_call(
-            JOB_FUNCTION,
+            self._job,
             args=(document_id,),
             job_id=job_id_for(document_id, attempt),
             timeout=self._timeout_s,

@@ -7,11 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from service.documents import DocumentStore
-from service.knowledge import adapter
 from service.knowledge.probes import ProbeSuites
 from service.knowledge.scoring import score_probes
 from service.knowledge.versions import VersionStore
-from service.model.loader import load_model
+from service.model.loader import LoadedModel, load_model
 from service.model.serving import ServingModel, install_committed
 from service.queue import VERSION_CHANNEL, InProcessQueue, JobQueue, RQQueue
 from service.settings import Settings
@@ -25,6 +24,8 @@ class Runtime:
     documents: DocumentStore
     versions: VersionStore
     suites: ProbeSuites
+    run_job: Callable[[str], object] | None = None  # the learning job both queues run
+    load: Callable[[], LoadedModel] | None = None  # how the served model loads; None: load_model(settings)
     queue: JobQueue | None = None
     serving: ServingModel | None = None
     error: str | None = None
@@ -32,27 +33,29 @@ class Runtime:
     _stop: threading.Event = field(default_factory=threading.Event)
 
     @classmethod
-    def create(cls, settings: Settings) -> Runtime:
+    def create(cls, settings: Settings, run_job: Callable[[str], object] | None = None,
+               load: Callable[[], LoadedModel] | None = None) -> Runtime:
         root = settings.data_dir
-        return cls(settings, DocumentStore(root), VersionStore(root / "versions"), ProbeSuites(root / "probes"))
+        return cls(settings, DocumentStore(root), VersionStore(root / "versions"), ProbeSuites(root / "probes"),
+                   run_job, load)
 
-    def start(self, run_job: Callable[[str], None] | None) -> None:
+    def start(self) -> None:
         """Load the model and start the queue and the version watcher (runs in a background thread)."""
         try:
             s = self.settings
-            loaded = load_model(s, progress=lambda msg: log.warning(msg))
-            serving = ServingModel(loaded, adapter.lora_config(s.lora_rank, s.lora_alpha, s.lora_targets),
-                                   memory_dir=s.data_dir / "memory")
+            loaded = self.load() if self.load else load_model(s, progress=lambda msg: log.warning(msg))
+            serving = ServingModel(loaded, s)
             self.suites.ensure_nf_suite(
                 s.model, lambda probes: serving.run(0, lambda m: score_probes(m, serving.tokenizer, probes)))
             self._install(self.versions.current(), serving)
+            run_job = self.run_job
+            assert run_job is not None, "the runtime needs the learning job (workers.job.learn_document)"
             if s.redis_url:
-                rq = RQQueue(s.redis_url, s.queue_name, s.job_timeout_s, s.job_retries)
+                rq = RQQueue(run_job, s.redis_url, s.queue_name, s.job_timeout_s, s.job_retries)
                 self.queue = rq
                 threading.Thread(target=self._listen_redis, args=(rq,), daemon=True).start()
             else:
-                assert run_job is not None, "embedded mode needs a job function"
-                self.queue = InProcessQueue(lambda doc_id: (run_job(doc_id), self._wake.set()))
+                self.queue = InProcessQueue(lambda doc_id: (run_job(doc_id), self._wake.set()), s.job_retries)
                 for record in self.documents.pending():  # the embedded worker died with the last server
                     self.queue.enqueue(record["document_id"], record["attempts"])
             threading.Thread(target=self._watch, daemon=True, name="ckl-version-watcher").start()

@@ -5,7 +5,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-METHODS = ("adapter", "memory")
+from service.knowledge import methods
+
 WEIGHTINGS = ("train_attention", "uniform", "oracle")
 
 
@@ -49,12 +50,20 @@ class ProbeIn(Strict):
 class DocumentRequest(Strict):
     text: str = Field(min_length=1)
     probes: list[ProbeIn] = Field(default_factory=list)
-    method: Literal[METHODS] = "adapter"  # type: ignore[valid-type]
+    # A registered, servable update method; None: the server's default (CKL_METHOD).
+    method: str | None = None
     # None: the server's default (CKL_WEIGHTING).
     weighting: Literal[WEIGHTINGS] | None = None  # type: ignore[valid-type]
     idempotency_key: str | None = Field(None, min_length=1, max_length=200)
 
     _text = field_validator("text")(not_blank)
+
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, value: str | None) -> str | None:
+        if value is not None and value not in methods.servable():
+            raise ValueError(f"unknown method {value!r}; one of: {', '.join(methods.servable())}")
+        return value
 
 
 class DocumentAccepted(BaseModel):

@@ -40,7 +40,11 @@ class Settings(BaseSettings):
     max_probes_per_document: int = Field(16, gt=0)
     version_poll_s: float = Field(2.0, gt=0)
 
-    # Update method defaults (chosen by `ckl bench teach`; see README).
+    # The update method a document gets when it names none (a registered method: service/knowledge/methods).
+    method: str = "adapter"
+
+    # Update method defaults: what forgot least while teaching facts one by one
+    # (docs/decisions.md: Adapter updates: AdamW at 5e-5).
     lora_rank: int = Field(8, gt=0)
     lora_alpha: float = Field(16.0, gt=0)
     # Which projections carry the adapter (JSON list in the environment); empty: all attention and MLP ones.
@@ -49,7 +53,8 @@ class Settings(BaseSettings):
     learning_rate: float = Field(5e-5, gt=0)
     max_steps: int = Field(32, gt=0)
     check_every: int = Field(2, gt=0)
-    # A new fact starts at a loss near 15 nats: unclipped gradients blow plain SGD up. 0 turns it off.
+    # A new fact's first gradients are large enough to blow plain SGD up unclipped
+    # (docs/decisions.md: Gradient clipping at norm 1). 0 turns it off.
     max_grad_norm: float = Field(1.0, ge=0)
     train_window_tokens: int = Field(256, gt=8)
     # Token weights of a document (a document may ask for another): train_attention (phi's weights),
@@ -66,13 +71,13 @@ class Settings(BaseSettings):
     memory_heads: int = Field(4, gt=0)
     memory_k: int = Field(32, gt=0)
     memory_key_dim: int = Field(128, gt=1)
-    # Sharpness of the slots' read weights (MemoryConfig.score_scale). 20 let the memory learn more
-    # LAMA-ckl facts with oracle weights, but over 100 taught documents (`ckl bench teach`) the facts it
-    # committed were kept less often (reliability 0.60 against 0.81 at 1), with the same NF accuracy.
+    # Sharpness of the slots' read weights (MemoryConfig.score_scale); sharper reads kept fewer of the taught
+    # facts, so 1 (docs/decisions.md: Memory score scale 1).
     memory_score_scale: float = Field(1.0, gt=0)
     memory_top_t: int = Field(500, gt=0)  # value rows one batch may write
     memory_score: Literal["tfidf", "kl"] = "tfidf"
-    # "Hub" slots, read at more than this share of the background's positions, are never written.
+    # "Hub" slots, read at more than this share of the background's positions, are never written
+    # (docs/decisions.md: Memory hub slots: a share of positions).
     memory_max_read_share: float = Field(0.02, ge=0, le=1)
     memory_learning_rate: float = Field(10.0, gt=0)  # plain SGD on the value rows
 

@@ -46,7 +46,7 @@ class Proc:
 
     def start(self) -> Proc:
         handle = self.log.open("ab")
-        self.popen = subprocess.Popen([sys.executable, "-m", "service.cli", *self.args], env=self.env, cwd=ROOT,
+        self.popen = subprocess.Popen([sys.executable, "-m", "ckl", *self.args], env=self.env, cwd=ROOT,
                                       stdout=handle, stderr=subprocess.STDOUT)
         return self
 
@@ -85,7 +85,7 @@ class Server(Proc):
 def nf_suite_file(real_model_dir: Path, tmp_path_factory) -> Path:
     """The NF suite calibrated once on the real model, copied into each server's data folder."""
     data = tmp_path_factory.mktemp("calibration")
-    subprocess.run([sys.executable, "-m", "service.cli", "probes", "calibrate", "--data-dir", str(data)],
+    subprocess.run([sys.executable, "-m", "ckl", "probes", "calibrate", "--data-dir", str(data)],
                    env={**os.environ, "CKL_MODEL_CACHE_DIR": str(MODEL_CACHE)}, cwd=ROOT, check=True)
     return data / "probes" / "nf_suite.json"
 

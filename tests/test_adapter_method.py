@@ -1,6 +1,8 @@
 """The adapter update method on the tiny model: it learns, it continues a delta, version 0 is exact."""
 import torch
 
+from service.knowledge.adapter import LoraState
+
 from service.knowledge.scoring import Probe, score_probes
 from service.settings import Settings
 from workers import weighting
@@ -45,7 +47,7 @@ def test_load_restores_version_0_and_a_delta_exactly(tiny):
     method.load(None)
     with torch.no_grad():
         assert torch.equal(method.model(ids).logits, base)
-    method.load(delta)
+    method.load(LoraState(delta, method.manifest_fields()["lora"]))  # what a version's lineage composes to
     with torch.no_grad():
         assert torch.equal(method.model(ids).logits, trained)
 

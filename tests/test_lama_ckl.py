@@ -5,10 +5,10 @@ import json
 import pytest
 import torch
 
-from bench import lama_ckl
+from bench.lama_ckl import cli, report, rho1, run
 from service.knowledge.probes import lama_probe
 from service.knowledge.scoring import Probe, score_probes
-from workers import weighting
+from workers import lama_ckl
 
 DATA = lama_ckl.DEFAULT_DATA
 
@@ -51,7 +51,15 @@ def test_scores_do_not_depend_on_batch_padding(tiny):
 def test_rho1_keeps_the_tokens_with_the_largest_excess_loss():
     current = [0.0, 5.0, 1.0, 4.0, 2.0, 3.0]
     reference = [0.0, 1.0, 1.0, 1.0, 1.0, 0.0]
-    assert weighting.excess_loss_top(current, reference, 0.6) == [0, 1, 0, 1, 0, 1]
+    assert rho1.excess_loss_top(current, reference, 0.6) == [0, 1, 0, 1, 0, 1]
+
+
+def test_rho1_token_nll_does_not_depend_on_batch_padding(tiny):
+    sequences = [tiny.tokenizer(t)["input_ids"] for t in ("the capital of france is paris .", "rome", "a city")]
+    batched = rho1.token_nll(tiny.model, sequences, tiny.tokenizer.pad_token_id or 0, batch_size=3)
+    alone = [rho1.token_nll(tiny.model, [s], tiny.tokenizer.pad_token_id or 0)[0] for s in sequences]
+    assert [len(b) for b in batched] == [len(s) for s in sequences] and all(b[0] == 0.0 for b in batched)
+    assert all(torch.allclose(torch.tensor(b), torch.tensor(a), atol=1e-5) for b, a in zip(batched, alone))
 
 
 def rows_for(tiny_words: list[str], n: int, prefix: str) -> list[lama_ckl.Row]:
@@ -80,19 +88,33 @@ def test_split_is_deterministic_and_follows_the_scores():
     assert {r.uuid for r in tune_keep}.isdisjoint({r.uuid for r in first[1]}) and len(tune_keep) == 1
 
 
+def test_examples_are_the_services_one_window_per_row_and_no_fallback(tiny):
+    """The benchmark trains on workers/examples.py's windows: each row cut to max_tokens, one window; a row
+    whose oracle weights are all 0 (its object is not in the evidence) gives none."""
+    probe = Probe("the capital of italy is", "rome")
+    rows = [lama_ckl.Row(str(i), f"{city} is the capital of italy . the capital of italy is {city} .", city, probe)
+            for i, city in enumerate(["rome", "paris", "berlin"])]
+    missing = lama_ckl.Row("m", "a city in france . the capital of france is a city .", "veltoria", probe)
+    ids = [tiny.tokenizer(r.evidence, truncation=True, max_length=6)["input_ids"] for r in [*rows, missing]]
+    assert all(len(i) == 6 for i in ids)
+    for name in ("finetune", "oracle", "rho1"):
+        examples = run.examples_for([*rows, missing], tiny, tiny.model, 6, run.METHODS[name])
+        assert [e.input_ids for e in examples] == (ids[:3] if name == "oracle" else ids)
+
+
 def test_summary_takes_the_first_best_epoch():
     epochs = [{"epoch": -1, "to_learn_acc": 0.0, "nf_acc": 1.0, "train_s": 0},
               {"epoch": 0, "to_learn_acc": 0.5, "nf_acc": 0.9, "train_s": 2},
               {"epoch": 1, "to_learn_acc": 0.5, "nf_acc": 0.8, "train_s": 4}]
-    assert lama_ckl.summarize(epochs) == {"top_acc": 0.5, "top_epoch": 0, "nf_acc": 0.9, "total_knowledge": 1.4,
+    assert report.summarize(epochs) == {"top_acc": 0.5, "top_epoch": 0, "nf_acc": 0.9, "total_knowledge": 1.4,
                                           "s_per_epoch": 3.0}
 
 
 def test_rows_are_grouped_by_relation_and_answer_largest_first():
     answers = [("genre", "jazz"), ("genre", "rock"), ("genre", "jazz"), ("instrument", "jazz")]
-    groups = lama_ckl.answer_groups(answers)
+    groups = report.answer_groups(answers)
     assert groups == {("genre", "jazz"): [0, 2], ("genre", "rock"): [1], ("instrument", "jazz"): [3]}
-    assert lama_ckl.learned_by_group(groups, [1.0, 0.0, 0.5, 1.0]) == \
+    assert report.learned_by_group(groups, [1.0, 0.0, 0.5, 1.0]) == \
         {("genre", "jazz"): 1.5, ("genre", "rock"): 0.0, ("instrument", "jazz"): 1.0}
 
 
@@ -106,8 +128,8 @@ def test_whole_protocol_on_the_tiny_model_writes_three_outputs(tmp_path, tiny):
         return LoadedModel(tiny_model(len(tokenizer)), tokenizer, torch.device("cpu"), "tiny")
 
     variant, invariant = rows_for(WORDS, 12, "v"), rows_for(WORDS[5:], 12, "i")
-    config = lama_ckl.Config(methods=["finetune", "oracle", "rho1", "full", "smf"], to_learn=4, nf=4, epochs=2,
-                             batch_size=2)
+    config = run.Config(methods=["finetune", "oracle", "rho1", "full", "smf"], to_learn=4, nf=4, epochs=2,
+                        batch_size=2)
     # The tiny model knows nothing: give it an NF pool by marking invariant rows as known in the cache.
     cache = tmp_path / "cache.json"
     base = load()
@@ -115,8 +137,8 @@ def test_whole_protocol_on_the_tiny_model_writes_three_outputs(tmp_path, tiny):
                                         score_probes(base.model, tokenizer, [r.probe for r in variant + invariant]))}
     scores.update({r.uuid: 1.0 for r in invariant[:6]})  # the other six are the memory's background
     cache.write_text(json.dumps(scores))
-    results = lama_ckl.run_benchmark(config, load, variant, invariant, cache, "tiny")
-    lama_ckl.write_outputs(results, tmp_path / "out")
+    results = run.run_benchmark(config, load, variant, invariant, cache, "tiny")
+    report.write_outputs(results, tmp_path / "out")
 
     saved = json.loads((tmp_path / "out" / "results.json").read_text())
     assert [m["method"] for m in saved["methods"]] == ["finetune", "oracle", "rho1", "full", "smf"]
@@ -141,7 +163,7 @@ def test_real_model_smoke_on_a_few_rows(tmp_path, real_model_dir, monkeypatch):
     from tests.conftest import MODEL_CACHE
 
     monkeypatch.setenv("CKL_MODEL_CACHE_DIR", str(MODEL_CACHE))
-    lama_ckl.main(["--methods", "oracle", "--to-learn", "4", "--nf", "4", "--epochs", "1", "--rows-per-file", "30",
+    cli.main(["--methods", "oracle", "--to-learn", "4", "--nf", "4", "--epochs", "1", "--rows-per-file", "30",
                    "--out", str(tmp_path / "out")])
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["tailoring"]["to_learn"] == 4 and results["tailoring"]["nf"] == 4

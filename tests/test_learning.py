@@ -6,7 +6,7 @@ import time
 import httpx
 import pytest
 
-from service.cli import wait_for_document
+from ckl.client import wait_for_document
 from tests.conftest import Proc
 
 pytestmark = pytest.mark.real_model

@@ -139,7 +139,6 @@ def test_background_statistics_count_documents_and_positions(tiny):
     tensors, counts = bg.stored()
     again = Background.from_stored(tensors, counts)
     assert torch.equal(again.reads, bg.reads) and again.positions == bg.positions
-    assert Background.from_stored({"df": bg.df}, {"documents": 2}) is None  # stored before reads were counted
 
 
 FACTS = [("the capital of veltoria is marnhold", "the capital of veltoria is", "marnhold"),
@@ -170,7 +169,7 @@ def test_three_memory_updates_then_removing_the_middle_one_keeps_the_other_two(t
     assert learner.documents.get(ids[1])["removed_in_version"] == 4
 
     method = learner.methods["memory"]
-    method.load(resolve(learner.versions, 4).memory)
+    method.load(resolve(learner.versions, 4)["memory"])
     probes = [Probe(prompt, answer) for _, prompt, answer in FACTS]
     assert score_probes(method.model, tiny.tokenizer, probes) == [1.0, 0.0, 1.0]
 

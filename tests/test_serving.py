@@ -5,37 +5,38 @@ import torch
 
 from service.knowledge import adapter
 from service.knowledge import memory as memory_layer
-from service.knowledge.state import KnowledgeState
 from service.model.generation import SamplingParams, cut_at_stop, generate, sample_token
 from service.model.serving import ServingModel
+from service.settings import Settings
+
+SETTINGS = Settings(lora_rank=4, lora_alpha=8)
 
 
-def random_delta(serving: ServingModel, seed: int) -> dict[str, torch.Tensor]:
+def random_adapter(serving: ServingModel, seed: int) -> dict[str, adapter.LoraState]:
     gen = torch.Generator().manual_seed(seed)
-    state = adapter.read_state(serving.peft, "v0")
-    return {k: torch.randn(v.shape, generator=gen) * 0.5 for k, v in state.items()}
+    state = adapter.read_state(serving.methods["adapter"].peft, "v0")
+    tensors = {k: torch.randn(v.shape, generator=gen) * 0.5 for k, v in state.items()}
+    return {"adapter": adapter.LoraState(tensors, adapter.config_to_dict(adapter.lora_config(4, 8)))}
 
 
 def test_version_0_logits_are_the_base_models(tiny):
     ids = torch.tensor([tiny.tokenizer("the capital of france is paris")["input_ids"]])
     with torch.no_grad():
         base = tiny.model(ids).logits.clone()
-    config = adapter.lora_config(4, 8)
-    serving = ServingModel(tiny, config)
+    serving = ServingModel(tiny, SETTINGS)
     assert torch.equal(serving.run(0, lambda m: m(ids).logits), base)
-    serving.install(1, KnowledgeState(random_delta(serving, 1)))
+    serving.install(1, random_adapter(serving, 1))
     assert not torch.allclose(serving.run(1, lambda m: m(ids).logits), base)
     serving.install(0, None)
     assert torch.equal(serving.run(0, lambda m: m(ids).logits), base)
 
 
 def test_swap_during_generation_keeps_the_pinned_version(tiny):
-    config = adapter.lora_config(4, 8)
-    serving = ServingModel(tiny, config)
+    serving = ServingModel(tiny, SETTINGS)
     prompt = tiny.tokenizer("the capital of")["input_ids"]
     params = SamplingParams(max_new_tokens=40)
     baseline = generate(serving, prompt, params)
-    delta = KnowledgeState(random_delta(serving, 2))
+    delta = random_adapter(serving, 2)
 
     # Swap in version 1 from another thread as soon as the first decoding step of a request has run.
     original_run = serving.run
@@ -60,26 +61,27 @@ def test_swap_during_generation_keeps_the_pinned_version(tiny):
 
 def test_memory_versions_swap_in_only_their_rows(tiny, tmp_path):
     config = memory_layer.MemoryConfig(layer=1, n_sub_keys=8, heads=2, k=4, key_dim=8)
-    memory_layer.save_base(tmp_path, memory_layer.ProductKeyMemory(config, 32), {}, {"source": "test"})
+    memory_layer.save_base(tmp_path / "memory", memory_layer.ProductKeyMemory(config, 32), {}, {"source": "test"})
     ids = torch.tensor([tiny.tokenizer("the capital of france is paris")["input_ids"]])
     with torch.no_grad():
         base = tiny.model(ids).logits.clone()
-    serving = ServingModel(tiny, adapter.lora_config(4, 8), memory_dir=tmp_path)
+    serving = ServingModel(tiny, SETTINGS.model_copy(update={"data_dir": tmp_path}))
     torch.manual_seed(0)
     rows = torch.arange(64)  # every slot, so the tiny text surely reads some
-    serving.install(1, KnowledgeState(memory_rows=rows, memory_values=torch.randn(64, 32)))
+    serving.install(1, {"memory": {"rows": rows, "values": torch.randn(64, 32)}})
     one = serving.run(1, lambda m: m(ids).logits.clone())
     assert not torch.allclose(one, base)
     assert torch.equal(serving.run(0, lambda m: m(ids).logits), base)
-    assert serving.memory.values.abs().sum() == 0  # version 0's rows: none
+    memory = serving.methods["memory"].memory
+    assert memory.values.abs().sum() == 0  # version 0's rows: none
     with serving.pinned() as pinned:  # a request still decoding on version 1 while version 2 lands
         assert pinned == 1
-        serving.install(2, KnowledgeState(memory_rows=torch.tensor([3]), memory_values=torch.ones(1, 32)))
+        serving.install(2, {"memory": {"rows": torch.tensor([3]), "values": torch.ones(1, 32)}})
         serving.run(2, lambda m: None)
-        assert serving.memory.values.abs().sum(-1).nonzero().squeeze(-1).tolist() == [3]
+        assert memory.values.abs().sum(-1).nonzero().squeeze(-1).tolist() == [3]
         assert torch.equal(serving.run(1, lambda m: m(ids).logits), one)
     serving.run(2, lambda m: None)
-    assert serving._loaded == {0, 2} and serving.memory.values.abs().sum(-1).nonzero().squeeze(-1).tolist() == [3]
+    assert serving._loaded == {0, 2} and memory.values.abs().sum(-1).nonzero().squeeze(-1).tolist() == [3]
 
 
 def test_greedy_and_nucleus_sampling():

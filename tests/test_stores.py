@@ -11,11 +11,11 @@ def test_commit_moves_the_pointer_and_checks_the_parent(tmp_path):
     store = VersionStore(tmp_path / "versions")
     assert store.current() == 0 and store.versions() == [0]
     delta = {"a": torch.ones(2, 2)}
-    v1 = store.commit(0, delta, {"documents": ["d1"], "probes": [], "method": "adapter", "metrics": {}})
+    v1 = store.commit(0, delta, {"documents": ["d1"], "probes": [], "method": "adapter", "metrics": {}}, "adapter.safetensors")
     assert v1 == 1 and store.current() == 1
     assert torch.equal(store.load_delta(1)["a"], delta["a"])
     with pytest.raises(ParentMoved):
-        store.commit(0, delta, {"documents": ["d2"], "probes": [], "method": "adapter", "metrics": {}})
+        store.commit(0, delta, {"documents": ["d2"], "probes": [], "method": "adapter", "metrics": {}}, "adapter.safetensors")
     assert store.versions() == [0, 1]
     store.activate(0)
     assert store.current() == 0
@@ -29,12 +29,12 @@ def test_half_written_version_is_never_listed_or_served(tmp_path):
     (tmp_path / "versions" / ".tmp-1").mkdir()  # a crash before the rename
     (tmp_path / "versions" / "1").mkdir()  # or a folder without a manifest
     assert store.versions() == [0] and store.current() == 0
-    assert store.commit(0, {"a": torch.zeros(1)}, {"documents": [], "probes": [], "method": "adapter", "metrics": {}}) == 1
+    assert store.commit(0, {"a": torch.zeros(1)}, {"documents": [], "probes": [], "method": "adapter", "metrics": {}}, "adapter.safetensors") == 1
 
 
 def test_tampered_delta_is_refused(tmp_path):
     store = VersionStore(tmp_path / "versions")
-    store.commit(0, {"a": torch.zeros(3)}, {"documents": [], "probes": [], "method": "adapter", "metrics": {}})
+    store.commit(0, {"a": torch.zeros(3)}, {"documents": [], "probes": [], "method": "adapter", "metrics": {}}, "adapter.safetensors")
     path = tmp_path / "versions" / "1" / "adapter.safetensors"
     path.write_bytes(path.read_bytes()[:-4] + b"\x00\x00\x80\x3f")
     with pytest.raises(ValueError, match="hash"):
@@ -44,10 +44,10 @@ def test_tampered_delta_is_refused(tmp_path):
 def test_lineage_follows_parents(tmp_path):
     store = VersionStore(tmp_path / "versions")
     m = {"probes": [], "method": "adapter", "metrics": {}}
-    store.commit(0, {"a": torch.zeros(1)}, {**m, "documents": ["d1"]})
-    store.commit(1, {"a": torch.zeros(1)}, {**m, "documents": ["d2"]})
+    store.commit(0, {"a": torch.zeros(1)}, {**m, "documents": ["d1"]}, "adapter.safetensors")
+    store.commit(1, {"a": torch.zeros(1)}, {**m, "documents": ["d2"]}, "adapter.safetensors")
     store.activate(1)
-    store.commit(1, {"a": torch.zeros(1)}, {**m, "documents": ["d3"]})
+    store.commit(1, {"a": torch.zeros(1)}, {**m, "documents": ["d3"]}, "adapter.safetensors")
     assert [x["documents"] for x in store.lineage(3)] == [["d1"], ["d3"]]
 
 

@@ -177,7 +177,7 @@ def real_phi(real_model_dir):
 def test_packaged_phi_weighs_object_tokens_above_the_rest(real_phi):
     """On 32 of its training pairs, the mean weight on the object's tokens is at least 3x that on the
     other tokens (an untrained phi scores 1.0; the checkpoint's own validation number is in its json)."""
-    from bench import lama_ckl
+    from workers import lama_ckl
 
     loaded, ta = real_phi
     uuids = set(ta.meta["data"]["train_uuids"][:32])

@@ -31,3 +31,11 @@ def tiny_model(vocab_size: int, seed: int = 0) -> Gemma3ForCausalLM:
     model = Gemma3ForCausalLM(config).eval()
     model.requires_grad_(False)
     return model
+
+
+def tiny_loaded():
+    """A fresh tiny model and tokenizer as the loader returns them (each call: a new copy, same weights)."""
+    from service.model.loader import LoadedModel
+
+    tokenizer = tiny_tokenizer()
+    return LoadedModel(tiny_model(len(tokenizer)), tokenizer, torch.device("cpu"), "tiny")

@@ -3,9 +3,9 @@
 A memory reads its slots from the context before each token, so a fact written while reading the
 second sentence of a document is found again only after that same first sentence. A question starts
 where a sentence starts; training each later sentence also on its own (after the document's first
-token, the BOS) writes the fact where such a question reads it. On the two-sentence documents of
-bench/facts.jsonl, the memory fitted the document's own text (training loss to ~0) but none of the
-facts' probes moved until these contexts were added.
+token, the BOS) writes the fact where such a question reads it. Without these contexts the memory
+fitted the document's text and still missed its probes (docs/decisions.md: Memory: later sentences
+trained on their own).
 """
 from __future__ import annotations
 

@@ -1,50 +1,58 @@
-"""Entry points that run the learning job: the RQ job function, the RQ worker, and the embedded runner."""
+"""The learning job and what runs it: `learn_document`, the one job function both queues are given (RQ's
+worker and the embedded queue's thread call it), and `ckl worker`."""
 from __future__ import annotations
 
 import logging
 import threading
 from collections.abc import Callable
 
-from service.documents import FINAL, DocumentStore
+from service.documents import DocumentStore
 from service.queue import VERSION_CHANNEL, RQQueue
 from service.settings import Settings
 from workers.learner import Learner
 
 log = logging.getLogger(__name__)
 
+_settings: Settings | None = None
+_publish: Callable[[int], None] | None = None
 _learner: Learner | None = None
 _lock = threading.Lock()
 
 
-def _get_learner(settings: Settings, publish: Callable[[int], None] | None = None) -> Learner:
-    """The process's learner: the model is loaded once and kept for every job."""
+def configure(settings: Settings, publish: Callable[[int], None] | None = None) -> None:
+    """The settings (the command line's, flags included) and version announcer this process's learner is
+    built with; a process that never calls this (a bare `rq worker`) builds it from CKL_* settings."""
+    global _settings, _publish
+    with _lock:
+        _settings, _publish = settings, publish
+
+
+def process_learner() -> Learner:
+    """The process's learner: the model is loaded once, on first use, and kept for every job."""
     global _learner
     with _lock:
         if _learner is None:
-            _learner = Learner(settings, publish=publish)
+            _learner = Learner(_settings or Settings(), publish=_publish)
         return _learner
 
 
 def learn_document(document_id: str) -> str:
-    """The RQ job function (the worker set the learner up; a bare process builds it from CKL_* settings)."""
-    return _get_learner(Settings()).learn(document_id)
+    """The job function: learn one document; returns its final status, raises when the attempt failed
+    (the queue runs it again up to CKL_JOB_RETRIES times)."""
+    try:
+        learner = process_learner()
+    except Exception as exc:  # e.g. the model did not load: count the attempt, or the document waits forever
+        record_failed_attempt(_settings or Settings(), document_id, f"{type(exc).__name__}: {exc}")
+        raise
+    return learner.learn(document_id)
 
 
-def embedded_runner(settings: Settings) -> Callable[[str], None]:
-    """The job function for the in-process queue (the model loads on the first document), with retries."""
-    def run(document_id: str) -> None:
-        error = ""
-        for _ in range(settings.job_retries + 1):
-            try:
-                _get_learner(settings).learn(document_id)
-                return
-            except Exception as exc:
-                log.exception("document %s: attempt failed", document_id)
-                error = f"{type(exc).__name__}: {exc}"
-        documents = DocumentStore(settings.data_dir)
-        if documents.get(document_id)["status"] not in FINAL:  # e.g. the model itself failed to load
-            documents.update(document_id, status="failed", error=error)
-    return run
+def record_failed_attempt(settings: Settings, document_id: str, error: str) -> None:
+    """An attempt that never reached the learner, counted as Learner.learn counts its own."""
+    documents = DocumentStore(settings.data_dir)
+    attempts = documents.get(document_id)["attempts"] + 1
+    documents.update(document_id, attempts=attempts, error=error,
+                     status="failed" if attempts > settings.job_retries else "queued")
 
 
 def requeue_interrupted(settings: Settings, queue: RQQueue) -> list[str]:
@@ -74,8 +82,10 @@ def run_worker(settings: Settings, burst: bool = False) -> None:
     from rq import SimpleWorker
 
     assert settings.redis_url, "ckl worker needs CKL_REDIS_URL"
-    queue = RQQueue(settings.redis_url, settings.queue_name, settings.job_timeout_s, settings.job_retries)
-    _get_learner(settings, publish=lambda version: queue.redis.publish(VERSION_CHANNEL, str(version)))
+    queue = RQQueue(learn_document, settings.redis_url, settings.queue_name, settings.job_timeout_s,
+                    settings.job_retries)
+    configure(settings, publish=lambda version: queue.redis.publish(VERSION_CHANNEL, str(version)))
+    process_learner()
     for document_id in requeue_interrupted(settings, queue):
         log.warning("re-queued unfinished document %s", document_id)
     SimpleWorker([queue.rq_queue], connection=queue.redis).work(burst=burst)

@@ -1,8 +1,9 @@
-"""Learning one document: weigh its tokens, train a candidate from the committed version, gate, commit.
+"""Learning one document, as a pipeline of named steps: prepare, weigh, train, then evaluate and commit or reject.
 
 Updates are strictly sequential: a candidate names the version it was trained from, and the store
-refuses the commit if another version became current meanwhile; the job then trains again from the
-new current version.
+refuses the commit if another version became current meanwhile; the job then runs again from the new
+current version. A removal (DELETE /documents/{id}) is a job too: it shares prepare and the
+evaluate-and-commit tail, with the method's `remove` in place of weigh and train.
 """
 from __future__ import annotations
 
@@ -10,24 +11,22 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-from filelock import FileLock
-
 from service.documents import FINAL, DocumentStore
-from service.knowledge import memory as memory_layer
+from service.knowledge import methods
 from service.knowledge.probes import ProbeSuites, from_json
 from service.knowledge.scoring import Probe, accuracy, score_probes
-from service.knowledge.state import learned_manifests, resolve
+from service.knowledge.state import KnowledgeState, learned_manifests, resolve
 from service.knowledge.versions import ParentMoved, VersionStore
 from service.model.loader import LoadedModel, load_model
 from service.settings import Settings
-from workers import contexts, gate, weighting
+from workers import examples as docs
+from workers import gate
 from workers.attention.phi import TrainAttention, packaged_checkpoint
-from workers.methods import REGISTRY, UpdateMethod
+from workers.methods import UpdateMethod, trainer_class
 from workers.methods.base import Example
-from workers.methods.memory import BACKGROUND_SOURCE, Background, MemoryMethod, background_corpus
 
 log = logging.getLogger(__name__)
 
@@ -35,15 +34,29 @@ MAX_PARENT_RETRIES = 3
 TOP_WEIGHTED = 12
 
 
+@dataclass
+class Job:
+    """One document's run from one parent version: what prepare found and what later steps add."""
+    record: dict[str, Any]
+    parent: int
+    method: UpdateMethod
+    suites: dict[str, list[Probe]]
+    before: gate.SuiteScores
+    timings: dict[str, float] = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)  # what the document record and manifest also get
+
+    @property
+    def doc_id(self) -> str:
+        return self.record["document_id"]
+
+
 class Learner:
     def __init__(self, settings: Settings, loaded: LoadedModel | None = None,
                  publish: Callable[[int], None] | None = None) -> None:
         self.settings = settings
         loaded = loaded or load_model(settings)
-        self.tokenizer = loaded.tokenizer
-        self.model_name = loaded.name
-        # One method instance for now; methods that wrap the same base model differently get their own load.
-        self.methods: dict[str, UpdateMethod] = {"adapter": REGISTRY["adapter"](loaded.model, loaded.tokenizer, settings)}
+        self.model, self.tokenizer, self.model_name = loaded.model, loaded.tokenizer, loaded.name
+        self.methods: dict[str, UpdateMethod] = {}  # built on first use, all on the same model
         root = settings.data_dir
         self.documents = DocumentStore(root)
         self.versions = VersionStore(root / "versions")
@@ -61,9 +74,8 @@ class Learner:
         try:
             for _ in range(MAX_PARENT_RETRIES):
                 try:
-                    if record.get("removes"):
-                        return self._remove_from(self.versions.current(), record)
-                    return self._learn_from(self.versions.current(), record)
+                    parent = self.versions.current()
+                    return self._remove(parent, record) if record.get("removes") else self._learn(parent, record)
                 except ParentMoved as moved:
                     log.warning("document %s: %s; training again", document_id, moved)
             raise RuntimeError(f"the current version kept moving during {MAX_PARENT_RETRIES} attempts")
@@ -73,195 +85,150 @@ class Learner:
                                   error=f"{type(exc).__name__}: {exc}")
             raise
 
-    def _learn_from(self, parent: int, record: dict[str, Any]) -> str:
-        doc_id = record["document_id"]
-        timings: dict[str, float] = {}
-        method = self._method(record["method"])
-        self._ensure_nf_suite(method)
-        self._load_state(parent)
+    def _learn(self, parent: int, record: dict[str, Any]) -> str:
         own = from_json(record["probes"])
-        suites = self._suites(parent, own)
+        job = self.prepare(parent, record, record["method"], own=own)
+        examples = self.weigh(job)
+        self.train(job, examples, own)
+        return self.finish(job, probes=record["probes"])
 
-        clock = time.perf_counter()
-        before = self._score(method, suites)
-        how = self._weighting(record.get("weighting") or self.settings.weighting)
-        examples, top_tokens = self._examples(record["text"], own, how, method.sentence_contexts)
-        budget = self._budget(examples, bool(own))
-        self.documents.update(doc_id, status="training", progress={"step": 0, "steps": budget}, weighting_used=how,
-                              top_weighted_tokens=top_tokens, scores={"before": before.summary()})
-        timings["score_before_s"] = time.perf_counter() - clock
-
-        clock = time.perf_counter()
-        report = method.train(
-            examples, budget,
-            probes_pass=lambda: bool(own) and all(s == 1.0 for s in score_probes(method.model, self.tokenizer, own)),
-            progress=lambda step, steps: self.documents.update(doc_id, progress={"step": step, "steps": steps}),
-        )
-        timings["train_s"] = time.perf_counter() - clock
-
-        self.documents.update(doc_id, status="evaluating")
-        clock = time.perf_counter()
-        after = self._score(method, suites)
-        decision = gate.decide(before, after, nf_version_0=1.0, nf_tolerance=self.settings.nf_tolerance,
-                               learned_tolerance=self.settings.learned_tolerance,
-                               require_own_probes=self.settings.require_own_probes)
-        timings["gate_s"] = time.perf_counter() - clock
-        scores = {"before": before.summary(), "after": after.summary(),
-                  "own_before": before.own, "own_after": after.own}
-        training = {"steps": report.steps, "stopped_early": report.stopped_early, "losses": report.losses}
-        if not decision.accepted:
-            self.documents.update(doc_id, status="rejected", gate=decision.to_json(), scores=scores,
-                                  training=training, timings=_rounded(timings))
-            return "rejected"
-
-        clock = time.perf_counter()
-        # In the new version, the document's own probes belong to the learned suite.
-        metrics = {**after.summary(), "learned_acc": accuracy(after.learned + after.own)}
-        manifest = {"documents": [doc_id], "probes": record["probes"], "method": method.name,
-                    "metrics": metrics, "gate": decision.to_json(), "training": training,
-                    **method.manifest_fields()}
-        version = self.versions.commit(parent, method.delta(), manifest)
-        timings["commit_s"] = time.perf_counter() - clock
-        self.documents.update(doc_id, status="committed", version=version, gate=decision.to_json(), scores=scores,
-                              training=training, timings=_rounded(timings))
-        self.publish(version)
-        return "committed"
-
-    def _remove_from(self, parent: int, record: dict[str, Any]) -> str:
-        """A new version without one memory document's rows: they go back to their values before it, and
-        if a later document wrote some of them too, the later memory documents are trained again on top."""
-        doc_id, target = record["document_id"], self.documents.get(record["removes"])
+    def _remove(self, parent: int, record: dict[str, Any]) -> str:
+        """A new version without one document's contribution (the method's `remove`), gated like any other."""
+        target = self.documents.get(record["removes"])
         lineage = self.versions.lineage(parent)
         position = next((i for i, m in enumerate(lineage) if m["version"] == target["version"]), None)
         if position is None:
             raise ValueError(f"version {target['version']} of document {target['document_id']} is not in the "
                              f"lineage of the current version {parent}")
-        method = self._method("memory")
-        self._ensure_nf_suite(method)
-        suites = {**self._suites(parent, []),
-                  "learned": [p for m in learned_manifests(self.versions, parent)
-                              if target["document_id"] not in m["documents"] for p in from_json(m["probes"])]}
-        self._load_state(parent)
-        before = self._score(method, suites)
-        removed_rows = self.versions.load_delta(target["version"])["rows"]
-        later = [m for m in lineage[position + 1 :] if m["method"] == "memory"]
-        later_rows = {int(r) for m in later for r in self.versions.load_delta(m["version"])["rows"]}
-        replay = bool(later_rows & set(removed_rows.tolist()))
-        earlier = resolve(self.versions, lineage[position]["parent"] or 0)
-        if replay:  # train the later memory documents again, in order, from the state before the removed one
-            method.load(earlier.memory)
+        name = lineage[position]["method"]
+        learned = [p for m in learned_manifests(self.versions, parent)
+                   if target["document_id"] not in m["documents"] for p in from_json(m["probes"])]
+        job = self.prepare(parent, record, name, learned=learned)
+        later = [m for m in lineage[position + 1 :] if m["method"] == name]
+        earlier = resolve(self.versions, lineage[position]["parent"] or 0).get(name)
+
+        def relearn() -> None:
             for manifest in later:
                 for later_id in manifest["documents"]:
                     later_record = self.documents.get(later_id)
                     own = from_json(later_record["probes"])
-                    examples, _ = self._examples(later_record["text"], own, self._weighting(
-                        later_record.get("weighting") or self.settings.weighting), method.sentence_contexts)
-                    method.train(examples, self._budget(examples, bool(own)), probes_pass=lambda own=own: bool(own) and
-                                 all(s == 1.0 for s in score_probes(method.model, self.tokenizer, own)))
-        else:
-            before_values = dict(zip(earlier.memory_rows.tolist(), earlier.memory_values)) if earlier.memory else {}
-            with torch.no_grad():
-                for row in removed_rows.tolist():
-                    method.memory.values[row] = before_values.get(row, torch.zeros(()))
-        method.rows_touched |= set(removed_rows.tolist()) | (later_rows if replay else set())
-        after = self._score(method, suites)
-        decision = gate.decide(before, after, nf_version_0=1.0, nf_tolerance=self.settings.nf_tolerance,
-                               learned_tolerance=self.settings.learned_tolerance, require_own_probes=False)
-        scores = {"before": before.summary(), "after": after.summary()}
+                    self.train(Job(later_record, parent, job.method, job.suites, job.before),
+                               self.examples(later_record, own)[0], own, report_progress=False)
+
+        replayed = job.method.remove(self.versions.load_delta(target["version"]), earlier,
+                                     [self.versions.load_delta(m["version"]) for m in later], relearn)
+        job.fields.update(removes=target["document_id"], replayed=replayed)
+        # The target is marked first, so a crash after the commit cannot let it be removed twice.
+        return self.finish(job, probes=[], on_commit=lambda version: self.documents.update(
+            target["document_id"], removed_in_version=version))
+
+    # -- the steps -------------------------------------------------------------------------------
+    def prepare(self, parent: int, record: dict[str, Any], name: str, own: list[Probe] = (),
+                learned: list[Probe] | None = None) -> Job:
+        """The parent's state on every method, the suites to gate on, and their scores before training."""
+        method = self.method(name)
+        self._ensure_nf_suite()
+        self.load_state(resolve(self.versions, parent))
+        if learned is None:
+            learned = [p for m in learned_manifests(self.versions, parent) for p in from_json(m["probes"])]
+        suites = {"nf": self.suites.nf_probes(), "learned": learned, "must_keep": self.suites.must_keep(),
+                  "own": list(own)}
+        clock = time.perf_counter()
+        job = Job(record, parent, method, suites, self.score(suites))
+        job.timings["score_before_s"] = time.perf_counter() - clock
+        return job
+
+    def weigh(self, job: Job) -> list[Example]:
+        """The document's training examples, with its weighting's most-weighted tokens on the record."""
+        how = self._weighting(job.record.get("weighting") or self.settings.weighting)
+        examples, top = self.examples({**job.record, "weighting": how}, job.suites["own"])
+        self.documents.update(job.doc_id, weighting_used=how, top_weighted_tokens=top,
+                              scores={"before": job.before.summary()})
+        return examples
+
+    def train(self, job: Job, examples: list[Example], own: list[Probe], report_progress: bool = True) -> None:
+        """Train the job's method for the step budget, stopping once the document's own probes pass."""
+        budget = self._budget(examples, bool(own))
+        progress = (lambda step, steps: self.documents.update(job.doc_id, progress={"step": step, "steps": steps})) \
+            if report_progress else (lambda step, steps: None)
+        progress(0, budget)
+        clock = time.perf_counter()
+        report = job.method.train(
+            examples, budget,
+            probes_pass=lambda: bool(own) and all(s == 1.0 for s in score_probes(self.model, self.tokenizer, own)),
+            progress=progress)
+        job.timings["train_s"] = job.timings.get("train_s", 0.0) + time.perf_counter() - clock
+        job.fields["training"] = {"steps": report.steps, "stopped_early": report.stopped_early,
+                                  "losses": report.losses}
+
+    def finish(self, job: Job, probes: list[dict[str, str]],
+               on_commit: Callable[[int], object] = lambda version: None) -> str:
+        """Evaluate the candidate, then commit it as a new version or reject it, with the reason on the record."""
+        self.documents.update(job.doc_id, status="evaluating")
+        clock = time.perf_counter()
+        after = self.score(job.suites)
+        decision = gate.decide(job.before, after, nf_version_0=1.0, nf_tolerance=self.settings.nf_tolerance,
+                               learned_tolerance=self.settings.learned_tolerance,
+                               require_own_probes=self.settings.require_own_probes)
+        job.timings["gate_s"] = time.perf_counter() - clock
+        scores = {"before": job.before.summary(), "after": after.summary(),
+                  "own_before": job.before.own, "own_after": after.own}
+        outcome = {"gate": decision.to_json(), "scores": scores, **job.fields}
         if not decision.accepted:
-            self.documents.update(doc_id, status="rejected", gate=decision.to_json(), scores=scores)
+            self.documents.update(job.doc_id, status="rejected", timings=_rounded(job.timings), **outcome)
             return "rejected"
-        manifest = {"documents": [doc_id], "removes": target["document_id"], "replayed": replay, "probes": [],
-                    "method": "memory", "metrics": {**after.summary(), "learned_acc": accuracy(after.learned)},
-                    "gate": decision.to_json(), **method.manifest_fields()}
-        version = self.versions.commit(parent, method.delta(), manifest)
-        self.documents.update(target["document_id"], removed_in_version=version)  # first: no second removal
-        self.documents.update(doc_id, status="committed", version=version, gate=decision.to_json(), scores=scores,
-                              replayed=replay)
+        clock = time.perf_counter()
+        # In the new version, the document's own probes belong to the learned suite.
+        metrics = {**after.summary(), "learned_acc": accuracy(after.learned + after.own)}
+        spec = methods.get(job.method.name)
+        manifest = {"documents": [job.doc_id], "probes": probes, "method": spec.name, "metrics": metrics,
+                    **outcome, **job.method.manifest_fields()}
+        version = self.versions.commit(job.parent, job.method.delta(), manifest, spec.delta_file)
+        job.timings["commit_s"] = time.perf_counter() - clock
+        on_commit(version)
+        self.documents.update(job.doc_id, status="committed", version=version, timings=_rounded(job.timings),
+                              **outcome)
         self.publish(version)
         return "committed"
 
     # -- pieces ----------------------------------------------------------------------------------
-    def _method(self, name: str) -> UpdateMethod:
-        if name == "memory" and name not in self.methods:
-            self.methods[name] = self._build_memory()
+    def method(self, name: str) -> UpdateMethod:
+        """A registered method's training side, built on the learner's model on first use."""
+        if name not in self.methods:
+            self.methods[name] = trainer_class(name).build(self.model, self.tokenizer, self.settings)
         return self.methods[name]
 
-    def _build_memory(self) -> MemoryMethod:
-        """The memory method on the adapter's model; its version-0 state (keys, background statistics) is built once
-        per data folder from the background corpus and stored under <data>/memory."""
-        s, folder = self.settings, self.settings.data_dir / "memory"
-        folder.mkdir(parents=True, exist_ok=True)
-        model = self.methods["adapter"].model
-        with FileLock(str(folder / ".lock")):
-            base = memory_layer.load_base(folder)
-            method = MemoryMethod(model, self.tokenizer, s, config=base[0] if base else None)
-            if base is None:
-                method.fit_background(self._background_documents())
-                tensors, counts = method.background.stored()
-                memory_layer.save_base(folder, method.memory, tensors, {**counts, "source": BACKGROUND_SOURCE})
-            else:
-                _, tensors, meta = base
-                memory_layer.set_keys(method.memory, tensors)
-                background = Background.from_stored(tensors, meta)
-                if background is None:  # stored before reads were counted: count them with the stored keys
-                    method.count_background(self._background_documents())
-                else:
-                    method.background = background
-        return method
+    def load_state(self, state: KnowledgeState) -> None:
+        """Every method's state as of one version (a method with state there is built first)."""
+        for name in state:
+            self.method(name)
+        for name, method in self.methods.items():
+            method.load(state.get(name))
 
-    def _background_documents(self) -> list[list[int]]:
-        return [self.tokenizer(text)["input_ids"] for text in background_corpus()]
-
-    def _load_state(self, parent: int) -> None:
-        """Every method's state as of `parent`: the adapter, and the memory rows when a memory exists."""
-        state = resolve(self.versions, parent)
-        self.methods["adapter"].load(state.adapter)
-        if state.memory_rows is not None:
-            self._method("memory")
-        if "memory" in self.methods:
-            self.methods["memory"].load(state.memory)
-
-    def _ensure_nf_suite(self, method: UpdateMethod) -> None:
+    def _ensure_nf_suite(self) -> None:
         if self.suites.nf_suite() is None:
-            self._load_state(0)
-            self.suites.ensure_nf_suite(self.model_name, lambda probes: score_probes(method.model, self.tokenizer, probes))
+            self.load_state({})
+            self.suites.ensure_nf_suite(self.model_name, lambda probes: score_probes(self.model, self.tokenizer, probes))
 
-    def _suites(self, parent: int, own: list[Probe]) -> dict[str, list[Probe]]:
-        learned = [p for m in learned_manifests(self.versions, parent) for p in from_json(m["probes"])]
-        return {"nf": self.suites.nf_probes(), "learned": learned, "must_keep": self.suites.must_keep(), "own": own}
-
-    def _score(self, method: UpdateMethod, suites: dict[str, list[Probe]]) -> gate.SuiteScores:
+    def score(self, suites: dict[str, list[Probe]]) -> gate.SuiteScores:
         def score(probes: list[Probe]) -> list[float]:
-            return score_probes(method.model, self.tokenizer, probes) if probes else []
+            return score_probes(self.model, self.tokenizer, probes) if probes else []
         return gate.SuiteScores(**{name: score(probes) for name, probes in suites.items()})
 
-    def _examples(self, text: str, own: list[Probe], how: str,
-                  sentences: bool = False) -> tuple[list[Example], list[dict[str, Any]]]:
-        """Windows of the document, weighted as asked (see Settings.weighting); all-zero weights fall back to uniform.
-        With `sentences`, each later sentence is also an example of its own (workers/contexts.py)."""
-        enc = self.tokenizer(text, return_offsets_mapping=True)
-        ids, offsets = enc["input_ids"], enc["offset_mapping"]
-        if how == "train_attention":
-            weights = weighting.thresholded(self._phi().weights(ids), self.settings.weight_threshold)
-        elif how == "oracle":
-            weights = weighting.oracle(offsets, text, [p.answer for p in own])
-        else:
-            weights = weighting.uniform(len(ids))
+    def examples(self, record: dict[str, Any], own: list[Probe]) -> tuple[list[Example], list[dict[str, Any]]]:
+        """The document's examples weighted as the record asks (all-zero weights fall back to uniform), and
+        its most-weighted tokens."""
+        doc = docs.encode(self.tokenizer, record["text"])
+        how = self._weighting(record.get("weighting") or self.settings.weighting)
+        phi = self._phi().weights if how == "train_attention" else None
+        weights = docs.token_weights(doc, how, [p.answer for p in own], phi, self.settings.weight_threshold)
         if not any(weights[1:]):
-            weights = weighting.uniform(len(ids))
-        window = self.settings.train_window_tokens
-        examples = []
-        for start in range(0, max(len(ids) - 1, 1), window - 1):  # windows overlap by one token
-            chunk_ids, chunk_w = ids[start : start + window], weights[start : start + window]
-            if start:
-                chunk_w = [0.0, *chunk_w[1:]]
-            if any(chunk_w):
-                examples.append(Example(chunk_ids, chunk_w))
-        if sentences:
-            examples += contexts.sentence_examples(ids, weights, offsets, text, self.tokenizer.bos_token_id, window)
-        ranked = sorted(range(len(ids)), key=lambda i: -weights[i])[:TOP_WEIGHTED]
-        top = [{"token": self.tokenizer.decode([ids[i]]), "weight": round(weights[i], 4), "position": i}
+            weights = docs.token_weights(doc, "uniform", [], None, 0.0)
+        sentences = self.method(record["method"]).sentence_contexts
+        examples = docs.document_examples(doc, weights, self.settings.train_window_tokens,
+                                          self.tokenizer.bos_token_id, sentences)
+        ranked = sorted(range(len(doc.ids)), key=lambda i: -weights[i])[:TOP_WEIGHTED]
+        top = [{"token": self.tokenizer.decode([doc.ids[i]]), "weight": round(weights[i], 4), "position": i}
                for i in sorted(ranked) if weights[i] > 0]
         return examples, top
 
@@ -277,7 +244,7 @@ class Learner:
         """phi for the served base model, loaded on first use (a mismatched checkpoint fails the document)."""
         if self._train_attention is None:
             path = self.settings.train_attention_checkpoint or packaged_checkpoint(self.model_name)
-            self._train_attention = TrainAttention.from_path(self.methods["adapter"].model, path)
+            self._train_attention = TrainAttention.from_path(self.model, path)
         return self._train_attention
 
     def _budget(self, examples: list[Example], has_probes: bool) -> int:

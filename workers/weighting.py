@@ -39,18 +39,3 @@ def oracle(offsets: list[tuple[int, int]], text: str, answers: list[str]) -> lis
     if weights:
         weights[0] = 0.0
     return weights
-
-
-def excess_loss_top(current_nll: list[float], reference_nll: list[float], keep: float) -> list[float]:
-    """Rho-1's selection: weight 1 on the `keep` share of predicted tokens whose loss most exceeds the
-    untouched model's loss on them (tokens the training has not absorbed yet), 0 elsewhere.
-
-    Position 0 is never predicted; its entries are ignored.
-    """
-    excess = [c - r for c, r in zip(current_nll[1:], reference_nll[1:])]
-    n_keep = max(1, round(keep * len(excess)))
-    ranked = sorted(range(len(excess)), key=lambda i: -excess[i])[:n_keep]
-    weights = [0.0] * len(current_nll)
-    for i in ranked:
-        weights[i + 1] = 1.0
-    return weights

@@ -4,6 +4,7 @@ Version 0 is an adapter whose B matrices are zero, so its output is the base mod
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -12,6 +13,13 @@ from transformers import PreTrainedModel
 
 # Attention and MLP projections of every decoder layer (Gemma, Llama, Qwen and Mistral name them so).
 TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@dataclass(frozen=True)
+class LoraState:
+    """An adapter version: its tensors (keyed without the adapter name) and its LoRA settings."""
+    tensors: dict[str, torch.Tensor]
+    config: dict[str, Any]  # config_to_dict's form
 
 
 def lora_config(rank: int, alpha: float, targets: list[str] | None = None) -> LoraConfig:
@@ -25,6 +33,11 @@ def config_to_dict(config: LoraConfig) -> dict[str, Any]:
 
 def config_from_dict(data: dict[str, Any]) -> LoraConfig:
     return lora_config(int(data["rank"]), float(data["alpha"]), data.get("targets"))
+
+
+def settings_config(settings) -> LoraConfig:
+    """The LoRA configuration the settings ask for (CKL_LORA_*)."""
+    return lora_config(settings.lora_rank, settings.lora_alpha, settings.lora_targets)
 
 
 def attach(model: PreTrainedModel, config: LoraConfig, name: str) -> PeftModel:

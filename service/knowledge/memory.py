@@ -36,7 +36,7 @@ class MemoryConfig:
     # Multiplies the key scores before the softmax over the top-k (an inverse temperature). The fixed
     # keys' scores differ little, so at 1 every read slot gets ~1/k of the weight and a written row
     # reaches any context that reads it at all; sharper, it mostly reaches the contexts it fits best.
-    # 1.0 is also what a state stored before this setting existed was written with.
+    # Sharper reads kept fewer of the taught facts (docs/decisions.md: Memory score scale 1).
     score_scale: float = 1.0
 
     @property
@@ -152,8 +152,7 @@ def attach_base(model: nn.Module, folder: Path) -> ProductKeyMemory | None:
 def set_keys(memory: ProductKeyMemory, tensors: dict[str, torch.Tensor]) -> None:
     with torch.no_grad():
         for name in KEY_TENSORS:
-            if name in tensors:  # a state stored before the query had a bias keeps the zero bias
-                getattr(memory, name).copy_(tensors[name])
+            getattr(memory, name).copy_(tensors[name])
 
 
 def write_rows(memory: ProductKeyMemory, rows: torch.Tensor | None, values: torch.Tensor | None) -> None:

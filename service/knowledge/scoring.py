@@ -111,22 +111,3 @@ def weighted_nll(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Ten
     den = torch.zeros(n_rows, device=logits.device).index_add(0, rows, weights)
     used = den > 0
     return (num[used] / den[used]).mean()
-
-
-@torch.no_grad()
-def token_nll(model: nn.Module, sequences: list[list[int]], pad_id: int, batch_size: int = 8) -> list[list[float]]:
-    """NLL of every token given its prefix (position 0 gets 0.0: nothing predicts it)."""
-    device = next(model.parameters()).device
-    out: list[list[float]] = []
-    for start in range(0, len(sequences), batch_size):
-        batch = sequences[start : start + batch_size]
-        ids, mask = pad_batch(batch, pad_id, device)
-        rows = torch.tensor([r for r, seq in enumerate(batch) for _ in range(len(seq) - 1)], device=device)
-        cols = torch.tensor([c for seq in batch for c in range(len(seq) - 1)], device=device)
-        targets = torch.tensor([t for seq in batch for t in seq[1:]], device=device)
-        nll = nn.functional.cross_entropy(logits_at(model, ids, mask, rows, cols).float(), targets, reduction="none")
-        cursor = 0
-        for seq in batch:
-            out.append([0.0, *nll[cursor : cursor + len(seq) - 1].tolist()])
-            cursor += len(seq) - 1
-    return out

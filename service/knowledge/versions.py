@@ -19,7 +19,6 @@ from safetensors.torch import load_file, save_file
 
 from service.fileio import fsync_dir, read_json, write_bytes_atomic, write_json_atomic
 
-DELTA_FILE = "adapter.safetensors"
 MANIFEST_FILE = "manifest.json"
 
 
@@ -79,12 +78,13 @@ class VersionStore:
 
     def load_delta(self, version: int) -> dict[str, torch.Tensor]:
         manifest = self.manifest(version)
-        path = self.root / str(version) / DELTA_FILE
+        path = self.root / str(version) / manifest["delta_file"]
         if sha256_file(path) != manifest["delta_sha256"]:
             raise ValueError(f"version {version}: delta file does not match its manifest hash")
         return load_file(str(path))
 
-    def commit(self, parent: int, delta: dict[str, torch.Tensor], manifest: dict[str, Any]) -> int:
+    def commit(self, parent: int, delta: dict[str, torch.Tensor], manifest: dict[str, Any], delta_file: str) -> int:
+        """A new version from `parent`: the delta in `delta_file` (the method's file name), hashed in the manifest."""
         with self.lock:
             if self.current() != parent:
                 raise ParentMoved(f"trained from version {parent}, but version {self.current()} is now current")
@@ -93,10 +93,10 @@ class VersionStore:
             if tmp.exists():
                 shutil.rmtree(tmp)
             tmp.mkdir()
-            save_file({k: v.contiguous() for k, v in delta.items()}, str(tmp / DELTA_FILE))
+            save_file({k: v.contiguous() for k, v in delta.items()}, str(tmp / delta_file))
             full = {**manifest, "version": version, "parent": parent, "created_at": time.time(),
-                    "delta_sha256": sha256_file(tmp / DELTA_FILE),
-                    "delta_bytes": (tmp / DELTA_FILE).stat().st_size}
+                    "delta_file": delta_file, "delta_sha256": sha256_file(tmp / delta_file),
+                    "delta_bytes": (tmp / delta_file).stat().st_size}
             write_json_atomic(tmp / MANIFEST_FILE, full)
             tmp.rename(self.root / str(version))
             fsync_dir(self.root)

@@ -50,7 +50,7 @@ def cut_at_stop(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:
 
 def eos_ids(serving: ServingModel) -> set[int]:
     ids = {serving.tokenizer.eos_token_id}
-    configured = serving.peft.get_base_model().generation_config.eos_token_id
+    configured = serving.model.generation_config.eos_token_id
     ids.update(configured if isinstance(configured, list) else [configured])
     return {i for i in ids if i is not None}
 

@@ -14,8 +14,8 @@ task. Two ways to get d(outer)/d(weights):
   are computed once per pair (a backward on the short task and two forwards on the document).
   Why a target and not the first-order meta-gradient itself (which is the gradient of
   `-sum(w a) / sum(w)`): that objective is linear in the weights, so it pushes every weight but the
-  single best token's to zero; measured on the default model it drove the mean weight to 0.002 and
-  the validation outer loss from 3.09 (uniform weights) up to 5.5-6.0.
+  single best token's to zero, and phi then taught worse than uniform weights (docs/decisions.md:
+  First-order phi learns usefulness targets).
 """
 from __future__ import annotations
 

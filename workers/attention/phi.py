@@ -2,11 +2,11 @@
 
 The trunk is the frozen base model itself: phi reads the hidden states of three of its layers
 (a third, two thirds and all the way up) and a small head turns them into `sigmoid(head(h))`.
-Why this trunk (measured by `ckl bench ta-costs`): the worker already holds the base model, so
-phi costs one forward pass of it and a ~120k-parameter head, not a second LM; the trunk's features
-can be computed once per document and reused over every meta-training epoch; and the checkpoint is
-only the head (0.5 MB). A weight belongs to the predicted token, so position 0 (never predicted)
-always gets 0.
+Why this trunk (docs/decisions.md: phi reads the frozen base model): the worker already holds the
+base model, so phi costs one forward pass of it and a ~120k-parameter head, not a second LM; the
+trunk's features can be computed once per document and reused over every meta-training epoch; and
+the checkpoint is only the head (0.5 MB). A weight belongs to the predicted token, so position 0
+(never predicted) always gets 0.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from peft.tuners.tuners_utils import BaseTunerLayer
 from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import PreTrainedModel
@@ -25,11 +26,9 @@ from transformers import PreTrainedModel
 from service.knowledge.memory import ProductKeyMemory
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
-# The packaged phi the learner uses. Both ship; `CKL_TRAIN_ATTENTION_CHECKPOINT` picks the other. On
-# LAMA-ckl the exact one learned more on the reported 64 rows (Top Acc 0.297 against 0.234) and on the
-# whole pool of 261 (0.249 against 0.226), less on the 64 after the reported ones (0.141 against
-# 0.188); but on the invented facts the service is taught, this one ranks the answer first in 8 of 100
-# documents, the exact one in 1 (`ckl bench ta-costs`), and the teaching runs were measured with it.
+# The packaged phi the learner uses. Both ship; `CKL_TRAIN_ATTENTION_CHECKPOINT` picks the other. This
+# one weighs the answer most in more of the invented facts the service is taught than the exact one
+# (docs/decisions.md: First-order phi is the default).
 DEFAULT_VARIANT = "first-order"
 
 
@@ -94,16 +93,21 @@ def window_spans(n_tokens: int, window: int, overlap: int) -> list[tuple[int, in
 
 @contextlib.contextmanager
 def base_only(model: nn.Module):
-    """The frozen base model, with any attached adapter and memory switched off."""
+    """The frozen base model, with any attached adapter layers and memory switched off (the model may be a
+    PEFT wrapper or the model PEFT injected its layers into)."""
     memories = [m for m in model.modules() if isinstance(m, ProductKeyMemory)]
+    adapters = [m for m in model.modules() if isinstance(m, BaseTunerLayer) and not m.disable_adapters]
     for memory in memories:
         memory.enabled = False
+    for layer in adapters:
+        layer.enable_adapters(False)
     try:
-        with model.disable_adapter() if hasattr(model, "disable_adapter") else contextlib.nullcontext():
-            yield
+        yield
     finally:
         for memory in memories:
             memory.enabled = True
+        for layer in adapters:
+            layer.enable_adapters(True)
 
 
 @torch.no_grad()

@@ -10,6 +10,8 @@ import html
 import sys
 from pathlib import Path
 
+from service.settings import Settings
+
 Weighted = list[tuple[str, float]]
 
 # 24-bit background from white (weight 0) to deep orange (weight 1).
@@ -71,15 +73,14 @@ def weigh_text(text: str, model, tokenizer, checkpoint: Path) -> Weighted:
     return [(tokenizer.decode([i]), w) for i, w in zip(ids, weights)]
 
 
-def main(args: argparse.Namespace) -> None:
-    from service.cli import settings_from
+def main(args: argparse.Namespace, settings: Settings) -> None:
+    """`args` as parsed by `ckl weights`; `settings` as the command line built them (its flags included)."""
     from service.model.loader import load_model
     from workers.attention.phi import packaged_checkpoint
 
     text = Path(args.text[1:]).read_text() if args.text.startswith("@") else args.text
     if not text.strip():
         raise SystemExit("the text is empty")
-    settings = settings_from(args)
     loaded = load_model(settings, progress=lambda msg: print(msg, file=sys.stderr))
     tokens = weigh_text(text, loaded.model, loaded.tokenizer, args.checkpoint or settings.train_attention_checkpoint or packaged_checkpoint(settings.model))
     print(terminal(tokens))

@@ -5,8 +5,9 @@ wrong (tailoring score 0, the benchmark's own cached scores): never variant_dev 
 nor the invariant rows it gets right (the NOT-TO-FORGET pool). One pair per uuid (the two files share
 rows); the pairs are sorted by uuid and shuffled with the seed; the first `--val` are held out for
 validation, the rest train. The uuid lists' sha256 and the data files' sha256 go into the checkpoint.
-With `--balance`, each training pair counts 1 / (training pairs with the same relation and answer): on
-the default model, 105 of the 548 are "continent: Antarctica", the same lesson 105 times over.
+With `--balance`, each training pair counts 1 / (training pairs with the same relation and answer): one
+(relation, answer) can make up a large share of the pairs, the same lesson over and over
+(docs/decisions.md: Count learning per (relation, answer)).
 
 Per phi step, over a batch of pairs: weigh the document with phi, take one SGD step of a fresh
 adapter (LoRA on the frozen base model) on the weighted loss, score the task's answer tokens, and
@@ -31,13 +32,13 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from bench import lama_ckl
 from service.knowledge.scoring import encode_probe
 from service.model.loader import LoadedModel, load_model
 from service.settings import Settings
-from workers import weighting
+from workers import lama_ckl, weighting
 from workers.attention import meta, phi
 from workers.methods.adapter import AdapterMethod
+from workers.provenance import RESULTS_ROOT, git_commit
 
 VARIANTS = ("first-order", "exact")
 
@@ -282,13 +283,13 @@ def main(argv: list[str]) -> None:
     train_config = TrainConfig(**{k: getattr(args, k) for k in asdict(defaults) if hasattr(args, k)})
     if not args.data.is_dir():
         raise SystemExit(f"no LAMA-ckl data in {args.data}: pass --data")
-    results_root = lama_ckl.ROOT / "bench-results"
+    results_root = RESULTS_ROOT
     out = args.out or results_root / "train-attention" / args.variant
     loaded = load_model(Settings(model=args.model))
     head, record = train(loaded, train_config, args.data, out, results_root, args.model, args.resume)
     destination = args.checkpoint or phi.packaged_checkpoint(args.model, args.variant)
     phi.save_checkpoint(destination, head, {
         "base_model": phi.fingerprint(loaded.model), "model": args.model, "variant": args.variant,
-        "command": "ckl train-attention " + " ".join(argv), "git_commit": lama_ckl.git_commit(),
+        "command": "ckl train-attention " + " ".join(argv), "git_commit": git_commit(),
         "train": asdict(train_config), **record})
     print(f"phi written to {destination}.safetensors (+ .json); curve in {out / 'curve.json'}")

@@ -1,11 +1,17 @@
-"""Update methods: one module each, all behind `UpdateMethod` (see base.py)."""
-from __future__ import annotations
+"""The training sides of the registered update methods (service.knowledge.methods is the registry)."""
+from importlib import import_module
 
-from workers.methods.adapter import AdapterMethod
+from service.knowledge import methods
 from workers.methods.base import UpdateMethod
-from workers.methods.full import FullMethod
-from workers.methods.memory import MemoryMethod
 
-REGISTRY: dict[str, type[UpdateMethod]] = {m.name: m for m in (AdapterMethod, FullMethod, MemoryMethod)}
 
-__all__ = ["REGISTRY", "AdapterMethod", "FullMethod", "MemoryMethod", "UpdateMethod"]
+def trainer_class(name: str) -> type[UpdateMethod]:
+    """The training side of a registered method (its import path resolved on first use)."""
+    trainer = methods.get(name).trainer
+    if isinstance(trainer, str):
+        module, _, attribute = trainer.partition(":")
+        trainer = getattr(import_module(module), attribute)
+    return trainer
+
+
+__all__ = ["UpdateMethod", "trainer_class"]

@@ -2,9 +2,8 @@
 
 Each update continues the committed adapter, so knowledge accumulates across versions.
 
-Defaults: AdamW at 5e-5, probes checked every 2 steps. Teaching invented facts one by one
-(bench/facts.jsonl), this moved the NF suite least of what was tried: AdamW at 3e-4 learned a fact in
-4-6 steps but cost 3-4 NF points per fact, and clipped plain SGD cost more than AdamW.
+The defaults (CKL_OPTIMIZER, CKL_LEARNING_RATE, CKL_CHECK_EVERY) are what forgot least while teaching
+facts one by one (docs/decisions.md: Adapter updates: AdamW at 5e-5).
 """
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from service.knowledge import adapter
+from service.knowledge.adapter import LoraState
 from service.settings import Settings
 from workers.methods.base import UpdateMethod
 
@@ -26,7 +26,7 @@ class AdapterMethod(UpdateMethod):
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: Settings) -> None:
         super().__init__(model, tokenizer, settings)
-        self.config = adapter.lora_config(settings.lora_rank, settings.lora_alpha, settings.lora_targets)
+        self.config = adapter.settings_config(settings)
         torch.manual_seed(0)  # the A matrices of version 0 are the same in every worker
         self.peft = adapter.attach(model, self.config, ADAPTER)
         self._initial = adapter.read_state(self.peft, ADAPTER)
@@ -39,8 +39,8 @@ class AdapterMethod(UpdateMethod):
     def parameters(self) -> list[nn.Parameter]:
         return self._params
 
-    def load(self, delta: dict[str, torch.Tensor] | None) -> None:
-        adapter.write_state(self.peft, ADAPTER, delta if delta is not None else self._initial)
+    def load(self, state: LoraState | None) -> None:
+        adapter.write_state(self.peft, ADAPTER, state.tensors if state is not None else self._initial)
 
     def delta(self) -> dict[str, torch.Tensor]:
         return adapter.read_state(self.peft, ADAPTER)

@@ -1,7 +1,9 @@
 """The interface every update method implements, and the training loop they share.
 
 A method owns a trainable knowledge state on top of the frozen base model. The learning job:
-`load(parent delta)` -> `train(examples, ...)` -> score `model` in the gate -> commit `delta()`.
+`build` once -> `load(parent state)` -> `train(examples, ...)` -> score the model in the gate -> commit
+`delta()`. The state `load` takes is what the method's serving side composes from a lineage
+(service/knowledge/methods).
 The loop is the same for every method: a token-weighted loss with the LM head only at weighted
 positions, clipped gradients, and a stop as soon as the document's probes pass.
 """
@@ -74,6 +76,11 @@ class UpdateMethod(ABC):
         self.settings = settings
         self.device = next(model.parameters()).device
 
+    @classmethod
+    def build(cls, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: Settings) -> UpdateMethod:
+        """The method on the learner's model; a method with a version-0 state of its own prepares it here."""
+        return cls(model, tokenizer, settings)
+
     @property
     @abstractmethod
     def model(self) -> nn.Module:
@@ -84,8 +91,8 @@ class UpdateMethod(ABC):
         """What training updates."""
 
     @abstractmethod
-    def load(self, delta: dict[str, torch.Tensor] | None) -> None:
-        """Set the knowledge state to a committed delta (None: version 0)."""
+    def load(self, state: Any) -> None:
+        """Set the knowledge state to a committed one (None: nothing learned by this method)."""
 
     @abstractmethod
     def delta(self) -> dict[str, torch.Tensor]:
@@ -94,6 +101,14 @@ class UpdateMethod(ABC):
     @abstractmethod
     def manifest_fields(self) -> dict[str, Any]:
         """What a server needs to install the delta, and the hyperparameters, for the manifest."""
+
+    def remove(self, removed: dict[str, torch.Tensor], earlier: Any, later: list[dict[str, torch.Tensor]],
+               relearn: Callable[[], None]) -> bool:
+        """Take one committed version's contribution out of the loaded state, for a removable method.
+        `removed`: that version's delta; `earlier`: the state before it; `later`: the deltas of this method's
+        versions after it; `relearn()` trains those later documents again on the loaded state, in order.
+        Returns whether it had to relearn."""
+        raise NotImplementedError(f"{self.name} cannot take one document out")
 
     def restrict_gradients(self, batch: list[Example]) -> None:
         """Between backward and the step: a method that trains only part of its parameters masks here."""
@@ -117,6 +132,8 @@ class UpdateMethod(ABC):
         started = time.perf_counter()
         optimizer = optimizer or self.optimizer()
         params = self.parameters()
+        for p in params:  # wrapping the model for another method (PEFT) may have frozen them
+            p.requires_grad_(True)
         report = TrainReport(steps=0, stopped_early=False)
         for step, batch in enumerate(batches(examples, batch_size, budget)):
             with torch.enable_grad():

@@ -8,10 +8,12 @@ change there would reach everything. The delta is sparse: the changed rows' indi
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from filelock import FileLock
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -39,10 +41,7 @@ class Background:
         return {"df": self.df, "reads": self.reads}, {"documents": self.documents, "positions": self.positions}
 
     @classmethod
-    def from_stored(cls, tensors: dict[str, torch.Tensor], meta: dict) -> Background | None:
-        """None for a state stored before per-position reads were counted."""
-        if "reads" not in tensors:
-            return None
+    def from_stored(cls, tensors: dict[str, torch.Tensor], meta: dict) -> Background:
         return cls(tensors["df"], meta["documents"], tensors["reads"], meta["positions"])
 
 
@@ -50,7 +49,8 @@ def hubs(background: Background, max_read_share: float) -> torch.Tensor:
     """Slots read at more than `max_read_share` of the background's positions (a bool mask).
 
     A share of positions, not of documents: with k slots read per head at every position, most slots
-    are read somewhere in a few hundred documents, but only hubs are read everywhere."""
+    are read somewhere in a few hundred documents, but only hubs are read everywhere (docs/decisions.md:
+    Memory hub slots: a share of positions)."""
     if background.positions == 0:
         return torch.zeros_like(background.reads, dtype=torch.bool)
     return background.reads.float() / background.positions > max_read_share
@@ -101,6 +101,26 @@ class MemoryMethod(UpdateMethod):
         self.max_read_share = settings.memory_max_read_share
         self.rows_touched: set[int] = set()
 
+    @classmethod
+    def build(cls, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: Settings) -> MemoryMethod:
+        """The memory on the learner's model. Its version-0 state (keys, background statistics) is fitted once
+        per data folder from the background corpus and stored under <data>/memory; later builds read it."""
+        folder = settings.data_dir / "memory"
+        folder.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(folder / ".lock")):
+            base = memory_layer.load_base(folder)
+            if base is None:
+                method = cls(model, tokenizer, settings)
+                method.fit_background([tokenizer(text)["input_ids"] for text in background_corpus()])
+                tensors, counts = method.background.stored()
+                memory_layer.save_base(folder, method.memory, tensors, {**counts, "source": BACKGROUND_SOURCE})
+            else:
+                config, tensors, meta = base
+                method = cls(model, tokenizer, settings, config=config)
+                memory_layer.set_keys(method.memory, tensors)
+                method.background = Background.from_stored(tensors, meta)
+        return method
+
     @property
     def model(self) -> nn.Module:
         return self._model
@@ -129,12 +149,27 @@ class MemoryMethod(UpdateMethod):
                 "hyperparameters": {"optimizer": "sgd", "learning_rate": self.settings.memory_learning_rate,
                                     "max_steps": self.settings.max_steps}}
 
+    def remove(self, removed: dict[str, torch.Tensor], earlier: dict[str, torch.Tensor] | None,
+               later: list[dict[str, torch.Tensor]], relearn: Callable[[], None]) -> bool:
+        """The removed version's rows go back to their values before it; if a later version wrote some of them
+        too, the state before the removed version is loaded and the later documents are trained again."""
+        removed_rows = set(removed["rows"].tolist())
+        later_rows = {int(r) for delta in later for r in delta["rows"]}
+        if removed_rows & later_rows:
+            self.load(earlier)
+            relearn()
+            self.rows_touched |= removed_rows | later_rows
+            return True
+        before = dict(zip(earlier["rows"].tolist(), earlier["values"])) if earlier is not None else {}
+        with torch.no_grad():
+            for row in removed_rows:
+                self.memory.values[row] = before.get(row, torch.zeros(()))
+        self.rows_touched |= removed_rows
+        return False
+
     def fit_background(self, documents: list[list[int]]) -> None:
         """The version-0 state from background text: sub-keys from its queries, then its slot statistics."""
         keys_from_background(self.model, self.memory, documents)
-        self.count_background(documents)
-
-    def count_background(self, documents: list[list[int]]) -> None:
         self.background = background_stats(self.model, self.memory, documents)
 
     def restrict_gradients(self, batch: list[Example]) -> None:

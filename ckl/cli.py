@@ -1,17 +1,20 @@
-"""The `ckl` command line. Heavy imports happen inside each command so `ckl --help` is instant."""
+"""The `ckl` command line, and the composition root: `ckl serve` builds the runtime, its queue's job function
+and the app. Heavy imports happen inside each command so `ckl --help` is instant."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from service.settings import Settings
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
 
-def settings_from(args: argparse.Namespace):
+def settings_from(args: argparse.Namespace) -> Settings:
     """Settings from the environment, overridden by the flags the command was given."""
     from service.settings import Settings
 
@@ -25,18 +28,17 @@ def cmd_serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     from service.app import create_app
+    from service.runtime import Runtime
+    from workers import job
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     settings = settings_from(args)
-    run_job = None
-    if not settings.redis_url:
-        from workers.job import embedded_runner
-
-        run_job = embedded_runner(settings)
+    job.configure(settings)  # the embedded queue's learner is built with these (a `ckl worker` takes its own)
     mode = f"RQ on {settings.redis_url}" if settings.redis_url else "embedded worker (no Redis)"
     print(f"ckl-serve on http://{settings.host}:{settings.port}  data: {settings.data_dir}  model: {settings.model}  "
           f"learning: {mode}", flush=True)
-    uvicorn.run(create_app(settings, run_job), host=settings.host, port=settings.port, log_level="warning")
+    runtime = Runtime.create(settings, job.learn_document)  # both queues run (or name) the same job function
+    uvicorn.run(create_app(runtime), host=settings.host, port=settings.port, log_level="warning")
 
 
 def cmd_worker(args: argparse.Namespace) -> None:
@@ -56,14 +58,13 @@ def cmd_generate(args: argparse.Namespace) -> None:
     body = {"prompt": args.prompt, "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
             "top_p": args.top_p, "seed": args.seed}
     if args.url:
-        import httpx
+        from ckl import client
 
-        response = httpx.post(f"{args.url}/generate", json=body, timeout=600)
-        result = response.json()
-        if response.status_code != 200:
-            sys.exit(json.dumps(result, indent=2))
+        try:
+            result = client.generate(args.url, body)
+        except client.Refused as refused:
+            sys.exit(str(refused))
     else:
-        from service.knowledge.adapter import lora_config
         from service.knowledge.versions import VersionStore
         from service.model.generation import SamplingParams, generate
         from service.model.loader import load_model
@@ -72,8 +73,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
         settings = settings_from(args)
         print("loading the model...", file=sys.stderr, flush=True)
         loaded = load_model(settings, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
-        serving = ServingModel(loaded, lora_config(settings.lora_rank, settings.lora_alpha, settings.lora_targets),
-                               memory_dir=settings.data_dir / "memory")
+        serving = ServingModel(loaded, settings)
         versions = VersionStore(settings.data_dir / "versions")
         install_committed(serving, versions, versions.current())  # the knowledge committed in this data folder
         ids = loaded.tokenizer(args.prompt)["input_ids"]
@@ -84,7 +84,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
 
 def cmd_teach(args: argparse.Namespace) -> None:
-    import httpx
+    from ckl import client
 
     text = Path(args.text).read_text() if Path(args.text).is_file() else args.text
     probes = []
@@ -93,45 +93,21 @@ def cmd_teach(args: argparse.Namespace) -> None:
             sys.exit(f"--probe needs the form 'prompt=>answer', got {spec!r}")
         prompt, answer = spec.split("=>", 1)
         probes.append({"prompt": prompt.strip(), "answer": answer.strip()})
-    response = httpx.post(f"{args.url}/documents", json={"text": text, "probes": probes, "method": args.method},
-                          timeout=60)
-    accepted = response.json()
-    if response.status_code != 202:
-        sys.exit(json.dumps(accepted, indent=2))
+    try:
+        accepted = client.teach(args.url, text, probes, args.method)
+    except client.Refused as refused:
+        sys.exit(str(refused))
     print(f"accepted document {accepted['document_id']}", flush=True)
     if not args.wait:
         return
-    record = wait_for_document(args.url, accepted["document_id"], show=True)
+    record = client.wait_for_document(args.url, accepted["document_id"], show=True)
     print(json.dumps({k: record.get(k) for k in ("status", "version", "gate", "scores", "timings")}, indent=2))
 
 
-def wait_for_document(url: str, document_id: str, show: bool = False, timeout_s: float = 3600) -> dict[str, Any]:
-    import httpx
-
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        record = httpx.get(f"{url}/documents/{document_id}", timeout=30).json()
-        line = f"{record['status']} step {record['progress']['step']}/{record['progress']['steps']}"
-        if show and line != last:
-            print(line, flush=True)
-            last = line
-        if record["status"] in ("committed", "rejected", "failed"):
-            return record
-        time.sleep(0.5)
-    raise TimeoutError(f"document {document_id} did not finish in {timeout_s} s")
-
-
 def cmd_status(args: argparse.Namespace) -> None:
-    import httpx
+    from ckl import client
 
-    report = httpx.get(f"{args.url}/health/forgetting", timeout=30).json()
-    docs = httpx.get(f"{args.url}/documents", params={"limit": 500}, timeout=30).json()
-    counts: dict[str, int] = {}
-    for item in docs["items"]:
-        counts[item["status"]] = counts.get(item["status"], 0) + 1
-    print(json.dumps({"current_version": report["current_version"], "not_to_forget": report["not_to_forget"],
-                      "learned": report["learned"], "documents": counts}, indent=2))
+    print(json.dumps(client.status(args.url), indent=2))
 
 
 def cmd_calibrate(args: argparse.Namespace) -> None:
@@ -153,7 +129,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
 def cmd_bench(args: argparse.Namespace) -> None:
     from importlib import import_module
 
-    module = {"generate": "bench.generate", "teach": "bench.teach", "lama-ckl": "bench.lama_ckl",
+    module = {"generate": "bench.generate", "teach": "bench.teach", "lama-ckl": "bench.lama_ckl.cli",
               "ta-costs": "bench.ta_costs", "phi-transfer": "bench.phi_transfer",
               "phi-crossfit": "bench.phi_crossfit"}[args.bench]
     import_module(module).main(args.rest)
@@ -162,7 +138,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
 def cmd_weights(args: argparse.Namespace) -> None:
     from workers.attention import show
 
-    show.main(args)
+    show.main(args, settings_from(args))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,71 @@
+"""`ckl bench lama-ckl`: the Train-Attention paper's LAMA-ckl protocol on the model we serve."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from bench.lama_ckl.report import markdown, write_outputs
+from bench.lama_ckl.run import METHODS, Config, run_benchmark
+from service.settings import Settings
+from workers.lama_ckl import DEFAULT_DATA, data_files, read_pools, tailoring_cache
+from workers.provenance import RESULTS_ROOT
+
+PRESETS = {
+    "quick": {"to_learn": 48, "nf": 48, "epochs": 4, "methods": ["finetune", "oracle"]},
+    "full": {"to_learn": 10**6, "nf": 10**6, "epochs": 8, "methods": list(METHODS)},
+}
+
+
+def parse_lrs(values: list[str]) -> dict[str, float]:
+    pairs = [v.split("=", 1) for v in values]
+    return {name: float(lr) for name, lr in pairs}
+
+
+def main(argv: list[str]) -> None:
+    from service.model.loader import load_model
+
+    parser = argparse.ArgumentParser(prog="ckl bench lama-ckl", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="48 TO-LEARN, 48 NF, 4 epochs, finetune + oracle")
+    parser.add_argument("--full", action="store_true", help="all tailored rows, 8 epochs, all methods (hours)")
+    parser.add_argument("--model", default="default", help="base model (as CKL_MODEL)")
+    parser.add_argument("--methods", help=f"comma-separated, from {', '.join(METHODS)}")
+    parser.add_argument("--to-learn", type=int)
+    parser.add_argument("--nf", type=int)
+    parser.add_argument("--epochs", type=int)
+    parser.add_argument("--batch-size", type=int)
+    parser.add_argument("--max-tokens", type=int)
+    parser.add_argument("--lr", action="append", default=[], help="per method, e.g. --lr oracle=1e-4")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--offset", type=int, help="skip the first N rows of each pool: tune here, report at 0")
+    parser.add_argument("--max-grad-norm", type=float, help="gradient clipping (0: none; default 1.0)")
+    parser.add_argument("--rows-per-file", type=int, help="read only the first N rows of each data file")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with the LAMA-ckl jsonl files")
+    parser.add_argument("--out", type=Path, default=RESULTS_ROOT / "lama-ckl")
+    args = parser.parse_args(argv)
+
+    values: dict[str, Any] = {}
+    for preset in ("quick", "full"):
+        if getattr(args, preset):
+            values.update(PRESETS[preset])
+    values.update({k: v for k, v in {"to_learn": args.to_learn, "nf": args.nf, "epochs": args.epochs,
+                                     "batch_size": args.batch_size, "max_tokens": args.max_tokens, "seed": args.seed,
+                                     "offset": args.offset,
+                                     "max_grad_norm": args.max_grad_norm,
+                                     "rows_per_file": args.rows_per_file}.items() if v is not None})
+    if args.methods:
+        values["methods"] = args.methods.split(",")
+    unknown = set(values.get("methods", [])) - set(METHODS)
+    if unknown:
+        raise SystemExit(f"unknown methods: {', '.join(sorted(unknown))}")
+    config = Config(**values, learning_rates=parse_lrs(args.lr), model=args.model)
+
+    if not args.data.is_dir():
+        raise SystemExit(f"no LAMA-ckl data in {args.data}: pass --data (see README for where it comes from)")
+    variant, invariant = read_pools(args.data, config.rows_per_file)
+    settings = Settings(model=args.model)
+    cache = tailoring_cache(args.out.parent, args.model, data_files(args.data))
+    results = run_benchmark(config, lambda: load_model(settings), variant, invariant, cache, args.model)
+    write_outputs(results, args.out)
+    print(markdown(results))
+    print(f"written to {args.out}")

@@ -1,0 +1,211 @@
+"""The LAMA-ckl run: the methods compared, each trained epoch by epoch on TO-LEARN and scored on both pools."""
+from __future__ import annotations
+
+import math
+import platform
+import random
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+from safetensors.torch import save_file
+from tqdm import tqdm
+
+from bench.lama_ckl import rho1
+from bench.lama_ckl.full import FullMethod
+from bench.lama_ckl.report import summarize
+from service.knowledge.scoring import score_probes
+from service.model.loader import LoadedModel
+from service.settings import Settings
+from workers import examples
+from workers.attention.phi import TrainAttention, packaged_checkpoint
+from workers.lama_ckl import Row, split, tailor_scores
+from workers.methods.adapter import AdapterMethod
+from workers.methods.base import Example, UpdateMethod
+from workers.methods.memory import MemoryMethod, hubs
+from workers.provenance import git_commit
+
+# The trainers a method can use: the service's two, and full fine-tuning, which it does not offer.
+TRAINERS: dict[str, type[UpdateMethod]] = {"adapter": AdapterMethod, "memory": MemoryMethod, "full": FullMethod}
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    update: str  # a key of TRAINERS
+    weighting: str  # uniform | oracle | rho1 | train_attention
+    learning_rate: float
+    phi_variant: str | None = None  # for train_attention: which packaged phi (meta-gradient variant)
+    phi_checkpoint: str | None = None  # for train_attention: a phi outside the package instead (ckl bench phi-crossfit)
+
+
+# The benchmark's registry; sparse memory adds entries here.
+METHODS: dict[str, MethodSpec] = {
+    "finetune": MethodSpec("adapter", "uniform", 3e-4),
+    "oracle": MethodSpec("adapter", "oracle", 3e-4),
+    "rho1": MethodSpec("adapter", "rho1", 3e-4),
+    "full": MethodSpec("full", "uniform", 1e-5),
+    "taalm": MethodSpec("adapter", "train_attention", 3e-4, phi_variant="first-order"),
+    "taalm-exact": MethodSpec("adapter", "train_attention", 3e-4, phi_variant="exact"),
+    "smf": MethodSpec("memory", "uniform", 10.0),
+    "smf+ta": MethodSpec("memory", "train_attention", 10.0, phi_variant="first-order"),
+    "smf+ta-exact": MethodSpec("memory", "train_attention", 10.0, phi_variant="exact"),
+    # What the memory can learn when the weights are right (the answer's tokens): its ceiling.
+    "smf+oracle": MethodSpec("memory", "oracle", 100.0),
+}
+BACKGROUND_DOCS = 300  # background texts for the memory's keys and slot document frequencies
+
+
+@dataclass
+class Config:
+    methods: list[str] = field(default_factory=lambda: ["finetune", "oracle"])
+    to_learn: int = 48
+    nf: int = 48
+    epochs: int = 4
+    batch_size: int = 8
+    max_tokens: int = 128
+    lora_rank: int = 16
+    lora_alpha: float = 32.0
+    learning_rates: dict[str, float] = field(default_factory=dict)
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    offset: int = 0  # rows skipped in each pool; 0 = the reported rows
+    rows_per_file: int | None = None
+    model: str = "default"  # as CKL_MODEL; picks the packaged phi for train_attention
+
+
+def examples_for(rows: list[Row], loaded: LoadedModel, model: torch.nn.Module, max_tokens: int,
+                 spec: MethodSpec, model_name: str = "default", sentences: bool = False) -> list[Example]:
+    """Each row's evidence, cut to `max_tokens` (one window), weighted as the service weighs a document
+    (workers/examples.py): uniformly, on the object's occurrences (oracle) or by phi (train_attention, with
+    the service's threshold). No fallback: a row whose weights are all 0 gives no window. rho1 starts
+    uniform; its weights are chosen again before every epoch (rho1.py). With `sentences` (as the service
+    does for the memory method), each later sentence of the evidence is also an example of its own.
+    """
+    phi = None
+    if spec.weighting == "train_attention":
+        phi_path = Path(spec.phi_checkpoint) if spec.phi_checkpoint else packaged_checkpoint(model_name, spec.phi_variant)
+        phi = TrainAttention.from_path(model, phi_path)
+    how = "uniform" if spec.weighting == "rho1" else spec.weighting
+    threshold = Settings().weight_threshold
+    out = []
+    for row in rows:
+        doc = examples.encode(loaded.tokenizer, row.evidence, max_tokens)
+        weights = examples.token_weights(doc, how, [row.object], phi.weights if phi else None, threshold)
+        out += examples.document_examples(doc, weights, max_tokens, loaded.tokenizer.bos_token_id, sentences)
+    return out
+
+
+def rss_mb() -> float:
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def prepare_memory(method: MemoryMethod, loaded: LoadedModel, background: list[str], max_tokens: int) -> dict:
+    """Keys from background text, then the slots' statistics over it; returns what it found."""
+    docs = [loaded.tokenizer(t, truncation=True, max_length=max_tokens)["input_ids"] for t in background]
+    method.fit_background(docs)
+    bg = method.background
+    return {"background_docs": len(docs), "slots_read_by_background": int((bg.df > 0).sum()),
+            "slots": int(bg.df.numel()), "hub_slots": int(hubs(bg, method.max_read_share).sum())}
+
+
+def memory_update_costs(method: MemoryMethod) -> dict[str, Any]:
+    """Rows the training changed, the sparse delta's size on disk, and the time to swap it in."""
+    delta = method.delta()
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "delta.safetensors"
+        save_file(delta, str(path))
+        size = path.stat().st_size
+    started = time.perf_counter()
+    method.load(delta)
+    return {"rows_changed": int(delta["rows"].numel()), "delta_bytes": size,
+            "swap_in_s": round(time.perf_counter() - started, 4)}
+
+
+def run_method(name: str, config: Config, load: Callable[[], LoadedModel], to_learn: list[Row],
+               nf: list[Row], background: list[str] | None = None, spec: MethodSpec | None = None) -> dict[str, Any]:
+    spec = spec or METHODS[name]
+    lr = config.learning_rates.get(name, spec.learning_rate)
+    loaded = load()
+    settings = Settings(lora_rank=config.lora_rank, lora_alpha=config.lora_alpha, optimizer="adamw",
+                        learning_rate=lr, check_every=10**9, max_grad_norm=config.max_grad_norm)
+    method = TRAINERS[spec.update](loaded.model, loaded.tokenizer, settings)
+    extra: dict[str, Any] = {}
+    if isinstance(method, MemoryMethod):
+        extra["memory"] = prepare_memory(method, loaded, background or [], config.max_tokens)
+    method.load(None)
+    learn_probes, nf_probes = [r.probe for r in to_learn], [r.probe for r in nf]
+    train_on = examples_for(to_learn, loaded, method.model, config.max_tokens, spec, config.model,
+                            method.sentence_contexts)
+    pad_id = loaded.tokenizer.pad_token_id or 0
+    reference = rho1.token_nll(method.model, [e.input_ids for e in train_on], pad_id) \
+        if spec.weighting == "rho1" else []
+    optimizer = method.optimizer(lr)
+    rng = random.Random(config.seed)
+    peak = rss_mb()
+
+    def score() -> tuple[float, float, list[float]]:
+        learn = score_probes(method.model, loaded.tokenizer, learn_probes)
+        keep = score_probes(method.model, loaded.tokenizer, nf_probes)
+        return sum(learn) / len(learn), sum(keep) / len(keep), [round(s, 4) for s in learn]
+
+    learn_acc, nf_acc, learn_scores = score()
+    epochs = [{"epoch": -1, "to_learn_acc": learn_acc, "nf_acc": nf_acc, "train_s": 0.0,
+               "to_learn_scores": learn_scores}]
+    steps = math.ceil(len(train_on) / config.batch_size)
+    for epoch in range(config.epochs):
+        if reference:
+            train_on = rho1.reweigh(method.model, pad_id, train_on, reference)
+        order = train_on[:]
+        rng.shuffle(order)
+        with tqdm(total=steps, desc=f"{name} epoch {epoch}", leave=False) as bar:
+            def progress(step: int, total: int) -> None:
+                nonlocal peak
+                peak = max(peak, rss_mb())
+                bar.update(1)
+            report = method.train(order, steps, optimizer=optimizer, batch_size=config.batch_size, progress=progress)
+        learn_acc, nf_acc, learn_scores = score()
+        epochs.append({"epoch": epoch, "to_learn_acc": learn_acc, "nf_acc": nf_acc,
+                       "train_s": round(report.seconds, 2), "mean_loss": sum(report.losses) / len(report.losses),
+                       "to_learn_scores": learn_scores})
+        print(f"{name} epoch {epoch}: TO-LEARN {learn_acc:.3f}  NF {nf_acc:.3f}  {report.seconds:.1f} s", flush=True)
+    if isinstance(method, MemoryMethod):
+        extra["update"] = memory_update_costs(method)
+    return {"method": name, "spec": asdict(spec), "learning_rate": lr, "epochs": epochs, "peak_rss_mb": round(peak),
+            **summarize(epochs), **extra}
+
+
+def memory_background(invariant: list[Row], scores: dict[str, float]) -> list[str]:
+    """The memory's background text: evidence of invariant rows the model gets wrong (in neither pool)."""
+    return [r.evidence for r in sorted(invariant, key=lambda r: r.uuid) if scores[r.uuid] == 0.0][:BACKGROUND_DOCS]
+
+
+def run_benchmark(config: Config, load: Callable[[], LoadedModel], variant: list[Row], invariant: list[Row],
+                  cache: Path, model_name: str) -> dict[str, Any]:
+    base = load()
+    scores = tailor_scores(base, variant + invariant, cache)
+    del base
+    to_learn, nf = split(variant, invariant, scores, config.to_learn, config.nf, config.seed,
+                         config.offset)
+    if not to_learn or not nf:
+        raise SystemExit("tailoring left an empty TO-LEARN or NF pool: use more rows")
+    background = memory_background(invariant, scores)
+    methods = [run_method(name, config, load, to_learn, nf, background) for name in config.methods]
+    return {
+        "model": model_name,
+        "config": asdict(config),
+        "git_commit": git_commit(),
+        "machine": {"platform": platform.platform(), "cpus": psutil.cpu_count(), "torch": torch.__version__,
+                    "threads": torch.get_num_threads(), "memory_gb": round(psutil.virtual_memory().total / 2**30, 1)},
+        "tailoring": {"variant_rows": len(variant), "invariant_rows": len(invariant),
+                      "variant_scored_0": sum(scores[r.uuid] == 0.0 for r in variant),
+                      "invariant_scored_1": sum(scores[r.uuid] == 1.0 for r in invariant),
+                      "to_learn": len(to_learn), "nf": len(nf),
+                      "to_learn_uuids": [r.uuid for r in to_learn], "nf_uuids": [r.uuid for r in nf],
+                      "to_learn_answers": [[r.relation, r.object] for r in to_learn]},
+        "methods": methods,
+    }

@@ -1,0 +1,61 @@
+"""What `ckl teach`, `ckl status` and `ckl generate --url` ask a running server over HTTP (benchmarks and tests too)."""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import httpx
+
+
+class Refused(Exception):
+    """The server answered with an error; the message is its JSON body."""
+
+    def __init__(self, body: Any) -> None:
+        super().__init__(json.dumps(body, indent=2))
+        self.body = body
+
+
+def _json(response: httpx.Response, expected: int) -> dict[str, Any]:
+    body = response.json()
+    if response.status_code != expected:
+        raise Refused(body)
+    return body
+
+
+def generate(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    """POST /generate: the completion and its counts."""
+    return _json(httpx.post(f"{url}/generate", json=body, timeout=600), 200)
+
+
+def teach(url: str, text: str, probes: list[dict[str, str]], method: str) -> dict[str, Any]:
+    """POST /documents: the accepted document (its id and status URL)."""
+    return _json(httpx.post(f"{url}/documents", json={"text": text, "probes": probes, "method": method},
+                            timeout=60), 202)
+
+
+def wait_for_document(url: str, document_id: str, show: bool = False, timeout_s: float = 3600) -> dict[str, Any]:
+    """Poll the document until its status is final; with `show`, print each new status and step."""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        record = httpx.get(f"{url}/documents/{document_id}", timeout=30).json()
+        line = f"{record['status']} step {record['progress']['step']}/{record['progress']['steps']}"
+        if show and line != last:
+            print(line, flush=True)
+            last = line
+        if record["status"] in ("committed", "rejected", "failed"):
+            return record
+        time.sleep(0.5)
+    raise TimeoutError(f"document {document_id} did not finish in {timeout_s} s")
+
+
+def status(url: str) -> dict[str, Any]:
+    """The current version, retention, and how many documents are in each status."""
+    report = httpx.get(f"{url}/health/forgetting", timeout=30).json()
+    docs = httpx.get(f"{url}/documents", params={"limit": 500}, timeout=30).json()
+    counts: dict[str, int] = {}
+    for item in docs["items"]:
+        counts[item["status"]] = counts.get(item["status"], 0) + 1
+    return {"current_version": report["current_version"], "not_to_forget": report["not_to_forget"],
+            "learned": report["learned"], "documents": counts}

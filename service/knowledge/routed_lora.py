@@ -1,0 +1,66 @@
+"""Low-rank deltas on chosen linear layers, one set per document, applied only for the routed document.
+
+Each target projection gets a forward hook that adds `scale * (x @ A.T) @ B.T` of the active document;
+with no active document (a prompt routed nowhere) the hooks add nothing and the model computes exactly
+what the base model computes. B starts at zero, so a fresh document also starts as the base model.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+Tensors = dict[str, torch.Tensor]  # "<module name>.A" / ".B" -> tensor
+
+
+@dataclass(frozen=True)
+class LoraShape:
+    rank: int = 4
+    alpha: float = 8.0
+    targets: tuple[str, ...] = ("gate_proj", "up_proj", "down_proj")  # projection names, in every decoder layer
+
+    @property
+    def scale(self) -> float:
+        return self.alpha / self.rank
+
+
+def target_modules(model: nn.Module, shape: LoraShape) -> dict[str, nn.Linear]:
+    return {name: module for name, module in model.named_modules()
+            if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in shape.targets}
+
+
+class RoutedLora:
+    """The hooks on `model`, and the documents' tensors they can apply (at most one document at a time)."""
+
+    def __init__(self, model: nn.Module, shape: LoraShape) -> None:
+        self.shape = shape
+        self.modules = target_modules(model, shape)
+        self.documents: dict[str, Tensors] = {}
+        self.active: str | None = None
+        self._hooks = [module.register_forward_hook(self._hook(name)) for name, module in self.modules.items()]
+
+    def _hook(self, name: str):
+        def add_delta(_module: nn.Module, args: tuple, out: torch.Tensor) -> torch.Tensor:
+            if self.active is None:
+                return out
+            tensors = self.documents[self.active]
+            a, b = tensors[f"{name}.A"], tensors[f"{name}.B"]
+            x = args[0]
+            return out + (x.to(a.dtype) @ a.T @ b.T * self.shape.scale).to(out.dtype)
+        return add_delta
+
+    def fresh(self, seed: int) -> Tensors:
+        """New trainable tensors for one document: A small and random, B zero (the base model's output)."""
+        gen = torch.Generator().manual_seed(seed)
+        tensors: Tensors = {}
+        for name, module in self.modules.items():
+            a = torch.randn(self.shape.rank, module.in_features, generator=gen) / module.in_features**0.5
+            tensors[f"{name}.A"] = nn.Parameter(a.to(module.weight.device))
+            tensors[f"{name}.B"] = nn.Parameter(torch.zeros(module.out_features, self.shape.rank,
+                                                            device=module.weight.device))
+        return tensors
+
+    def remove_hooks(self) -> None:
+        for hook in self._hooks:
+            hook.remove()

@@ -1,0 +1,60 @@
+"""The API on the tiny model, in-process: FastAPI's TestClient, the embedded queue, a learner on its own copy."""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.runtime import Runtime
+from service.settings import Settings
+from tests.tiny import tiny_loaded
+from workers.learner import Learner
+
+FINAL = ("committed", "rejected", "failed")
+
+
+def tiny_settings(data_dir, **overrides) -> Settings:
+    """Small adapter and memory, a fast learning rate, and a gate that only asks for the document's own probes."""
+    values = dict(data_dir=data_dir, lora_rank=4, lora_alpha=8, learning_rate=1e-2, max_steps=60, check_every=1,
+                  weighting="oracle", memory_sub_keys=64, memory_heads=2, memory_k=4, memory_key_dim=8,
+                  nf_tolerance=1.0, learned_tolerance=1.0)
+    return Settings(**{**values, **overrides})
+
+
+@contextmanager
+def tiny_client(settings: Settings) -> Iterator[TestClient]:
+    """A ready client; the server and the learner each hold their own tiny model, as two processes would."""
+    learner = Learner(settings, loaded=tiny_loaded())
+    runtime = Runtime.create(settings, run_job=learner.learn, load=tiny_loaded)
+    with TestClient(create_app(runtime)) as client:
+        deadline = time.monotonic() + 60
+        while client.get("/ready").status_code != 200:
+            assert runtime.error is None, runtime.error
+            assert time.monotonic() < deadline, "the tiny server never became ready"
+            time.sleep(0.05)
+        client.learner = learner
+        yield client
+
+
+def wait_final(client: TestClient, document_id: str, timeout: float = 120) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        record = client.get(f"/documents/{document_id}").json()
+        if record["status"] in FINAL:
+            return record
+        time.sleep(0.05)
+    raise AssertionError(f"document {document_id} never finished")
+
+
+def wait_version(client: TestClient, version: int, prompt: str, timeout: float = 30) -> dict:
+    """The answer once the server serves `version` (the watcher swaps it in by itself)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        body = client.post("/generate", json={"prompt": prompt, "max_new_tokens": 1}).json()
+        if body["knowledge_version"] == version:
+            return body
+        time.sleep(0.05)
+    raise AssertionError(f"never served version {version}")

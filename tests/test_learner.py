@@ -1,0 +1,56 @@
+"""The learner's pipeline on the tiny model: commit, reject with the reason, and a parent that moved."""
+from service.knowledge.versions import VersionStore
+from tests.api_app import tiny_settings
+from tests.tiny import tiny_loaded
+from workers.learner import Learner
+
+FACT = {"text": "the capital of veltoria is marnhold", "method": "adapter", "weighting": "oracle",
+        "probes": [{"prompt": "the capital of veltoria is", "answer": "marnhold"}]}
+
+
+def submit(learner: Learner, body: dict = FACT) -> str:
+    record, _ = learner.documents.create(body, None)
+    return record["document_id"]
+
+
+def test_a_document_is_committed_with_scores_timings_and_its_manifest(tmp_path):
+    learner = Learner(tiny_settings(tmp_path), loaded=tiny_loaded())
+    doc = submit(learner)
+    assert learner.learn(doc) == "committed"
+    record = learner.documents.get(doc)
+    assert record["version"] == 1 and record["scores"]["own_before"] == [0.0] and record["scores"]["own_after"] == [1.0]
+    assert record["training"]["stopped_early"] and set(record["timings"]) >= {"score_before_s", "train_s", "gate_s"}
+    manifest = learner.versions.manifest(1)
+    assert manifest["documents"] == [doc] and manifest["delta_file"] == "adapter.safetensors"
+    assert manifest["metrics"]["learned_acc"] == 1.0 and manifest["gate"]["accepted"]
+    assert learner.learn(doc) == "committed" and learner.versions.current() == 1  # a finished job is not run again
+
+
+def test_a_candidate_that_misses_its_probe_is_rejected_with_the_reason(tmp_path):
+    learner = Learner(tiny_settings(tmp_path, max_steps=1, learning_rate=1e-6), loaded=tiny_loaded())
+    doc = submit(learner)
+    assert learner.learn(doc) == "rejected"
+    record = learner.documents.get(doc)
+    assert record["version"] is None and not record["gate"]["accepted"]
+    assert "own_probes" in record["gate"]["reason"] and learner.versions.current() == 0
+
+
+class MovedOnce(Learner):
+    """Another worker commits a version while this one trains its first candidate: a real parent move."""
+    moved = False
+
+    def train(self, job, examples, own, report_progress=True):
+        super().train(job, examples, own, report_progress)
+        if not self.moved:
+            self.moved = True
+            other = VersionStore(self.versions.root)
+            other.commit(other.current(), job.method.delta(), {"documents": [], "probes": [], "method": "adapter",
+                                                               "metrics": {}, **job.method.manifest_fields()},
+                         "adapter.safetensors")
+
+
+def test_a_parent_that_moved_during_training_means_training_again_from_the_new_one(tmp_path):
+    learner = MovedOnce(tiny_settings(tmp_path), loaded=tiny_loaded())
+    doc = submit(learner)
+    assert learner.learn(doc) == "committed"
+    assert learner.documents.get(doc)["version"] == 2 and learner.versions.manifest(2)["parent"] == 1
