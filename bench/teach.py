@@ -1,8 +1,17 @@
 """`ckl bench teach`: teach N single-fact documents one after another through the HTTP API.
 
-Prints seconds from POST to a final status (p50, p95), committed vs rejected counts, reliability
-(committed facts whose own probe the final version still completes greedily), generalization (the
-same for a paraphrased probe), NF accuracy after each update (locality), and the gate's time.
+Reports, for the method asked (default: the server's):
+- committed / rejected / failed, and seconds from POST to a final status (p50, p95) and in the gate;
+- reliability (Rel): committed facts whose own probe the final version completes greedily through
+  /generate; generalization (Gen): the same for a paraphrase the document never contained; both also
+  over all N facts;
+- NF accuracy of the gate's suite after every document (GET /health/forgetting);
+- locality the gate never sees: the share of general prompts (bench/general_prompts.txt) whose greedy
+  8-token continuation is the same at the end as at version 0, and a second NF set: LAMA-ckl
+  invariant rows whose object the base model completes (the first 100 found; --lama, when the data is there),
+  again at the end.
+With --no-probes the documents are sent without probes (the server makes its own); Rel and Gen still
+use the benchmark's probes. Writes results.json and teach.png (seconds and NF against documents taught).
 """
 from __future__ import annotations
 
@@ -16,14 +25,21 @@ import httpx
 
 from bench.server import running_server
 from ckl.client import wait_for_document
+from workers.lama_ckl import DEFAULT_DATA, read_invariant
+from workers.provenance import RESULTS_ROOT, git_commit
 
 FACTS = Path(__file__).with_name("facts.jsonl")
+GENERAL = Path(__file__).with_name("general_prompts.txt")
+LAMA_ROWS = 100
+LAMA_TOKENS = 4  # LAMA-ckl objects are short
 
 
-def completes(url: str, probe: dict) -> bool:
-    body = {"prompt": probe["prompt"], "max_new_tokens": 8}
-    text = httpx.post(f"{url}/generate", json=body, timeout=600).json()["text"]
-    return text.strip().startswith(probe["answer"])
+def complete(url: str, prompt: str, tokens: int = 8) -> str:
+    return httpx.post(f"{url}/generate", json={"prompt": prompt, "max_new_tokens": tokens}, timeout=600).json()["text"]
+
+
+def completes(url: str, probe: dict, tokens: int = 8) -> bool:
+    return complete(url, probe["prompt"], tokens).strip().startswith(probe["answer"])
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -31,12 +47,34 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def run(url: str, facts: list[dict], method: str, weighting: str | None = None) -> dict:
+def share(flags: list[bool]) -> float | None:
+    return statistics.mean(flags) if flags else None
+
+
+def general_prompts(path: Path = GENERAL) -> list[str]:
+    return [line for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+
+
+def lama_probes(data: Path, url: str, limit: int = LAMA_ROWS) -> list[dict]:
+    """Invariant LAMA-ckl probes (the service's NF suite comes from another pool) the served model completes now."""
+    if not data.is_dir():
+        return []
+    kept = []
+    for row in read_invariant(data):
+        probe = {"prompt": row.probe.prompt, "answer": row.probe.answer}
+        if completes(url, probe, LAMA_TOKENS) and probe not in kept:
+            kept.append(probe)
+            if len(kept) == limit:
+                break
+    return kept
+
+
+def teach(url: str, facts: list[dict], method: str | None, weighting: str | None, probes: bool) -> list[dict]:
     rows = []
     for i, fact in enumerate(facts):
         started = time.perf_counter()
-        body = {"text": fact["text"], "probes": [fact["probe"]], "method": method,
-                **({"weighting": weighting} if weighting else {})}
+        body = {"text": fact["text"], "probes": [fact["probe"]] if probes else [],
+                **({"method": method} if method else {}), **({"weighting": weighting} if weighting else {})}
         r = httpx.post(f"{url}/documents", json=body, timeout=60)
         r.raise_for_status()
         record = wait_for_document(url, r.json()["document_id"])
@@ -45,41 +83,91 @@ def run(url: str, facts: list[dict], method: str, weighting: str | None = None) 
         rows.append({"fact": i, "status": record["status"], "seconds": round(seconds, 2),
                      "steps": (record.get("training") or {}).get("steps"),
                      "gate_s": record["timings"].get("gate_s"), "nf_acc_after": nf,
-                     "reason": None if record["status"] == "committed" else (record["gate"] or {}).get("reason")})
+                     "reason": None if record["status"] == "committed" else (record["gate"] or {}).get("reason")
+                     or record.get("error")})
         print(json.dumps(rows[-1]), flush=True)
-    committed = [(fact, row) for fact, row in zip(facts, rows) if row["status"] == "committed"]
-    reliable = [completes(url, fact["probe"]) for fact, _ in committed]
-    general = [completes(url, fact["paraphrase"]) for fact, _ in committed]
+    return rows
+
+
+def run(url: str, facts: list[dict], method: str | None, weighting: str | None = None, probes: bool = True,
+        lama: Path | None = None) -> dict:
+    prompts = general_prompts()
+    before = [complete(url, p) for p in prompts]
+    lama_set = lama_probes(lama, url) if lama else []
+    rows = teach(url, facts, method, weighting, probes)
+    committed = [fact for fact, row in zip(facts, rows) if row["status"] == "committed"]
+    reliable = {id(f): completes(url, f["probe"]) for f in facts}
+    general = {id(f): completes(url, f["paraphrase"]) for f in facts}
+    after = [complete(url, p) for p in prompts]
     seconds = [row["seconds"] for row in rows]
     gate = [row["gate_s"] for row in rows if row["gate_s"] is not None]
+    nf = [row["nf_acc_after"] for row in rows]
     return {
-        "documents": len(rows),
+        "documents": len(rows), "method": method or "server default", "probes_sent": probes,
         "committed": len(committed),
         "rejected": sum(row["status"] == "rejected" for row in rows),
         "failed": sum(row["status"] == "failed" for row in rows),
         "post_to_final_s": {"p50": percentile(seconds, 0.5), "p95": percentile(seconds, 0.95)},
         "gate_s": {"p50": percentile(gate, 0.5), "p95": percentile(gate, 0.95)} if gate else None,
-        "reliability": statistics.mean(reliable) if reliable else None,
-        "generalization": statistics.mean(general) if general else None,
-        "nf_acc_after_each": [row["nf_acc_after"] for row in rows],
+        "reliability": share([reliable[id(f)] for f in committed]),
+        "generalization": share([general[id(f)] for f in committed]),
+        "reliability_all": share(list(reliable.values())),
+        "generalization_all": share(list(general.values())),
+        "nf_acc_min": min(nf) if nf else None,
+        "nf_acc_after_each": nf,
+        "general_prompts_unchanged": share([a == b for a, b in zip(before, after)]),
+        "general_prompts_changed": [{"prompt": p, "before": b, "after": a}
+                                    for p, b, a in zip(prompts, before, after) if a != b],
+        "second_nf_set": {"rows": len(lama_set), "acc_after": share([completes(url, p, LAMA_TOKENS) for p in lama_set])}
+        if lama_set else None,
         "final_version": httpx.get(f"{url}/versions", timeout=60).json()["current"],
+        "per_document": rows,
     }
+
+
+def plot(summary: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = summary["per_document"]
+    xs = [row["fact"] + 1 for row in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    left.plot(xs, [row["seconds"] for row in rows], ".", markersize=4)
+    left.set(title="seconds from POST to a final status", xlabel="documents taught", ylabel="s", ylim=(0, None))
+    right.plot(xs, [row["nf_acc_after"] for row in rows], "-")
+    right.axhline(0.99, color="grey", linestyle=":")
+    right.set(title="NF accuracy of the served version", xlabel="documents taught", ylim=(0.9, 1.005))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="ckl bench teach")
     parser.add_argument("-n", type=int, default=24, help="documents to teach (bench/facts.jsonl has 100, six templates)")
-    parser.add_argument("--method", default="adapter", help="adapter or memory")
+    parser.add_argument("--method", help="adapter, memory or routed (default: the server's, CKL_METHOD)")
     parser.add_argument("--weighting", help="train_attention, uniform or oracle (default: the server's)")
+    parser.add_argument("--no-probes", action="store_true", help="send documents without probes")
     parser.add_argument("--url", help="a running server; default: start an embedded one on a fresh data folder")
-    parser.add_argument("--facts", type=Path, default=FACTS)
+    parser.add_argument("--facts", type=Path, default=FACTS, help="JSONL facts (ckl bench make-facts makes more)")
+    parser.add_argument("--lama", type=Path, default=DEFAULT_DATA, help="LAMA-ckl folder for the second NF set")
+    parser.add_argument("--out", type=Path, default=RESULTS_ROOT / "teach")
     args = parser.parse_args(argv)
     facts = [json.loads(line) for line in args.facts.read_text().splitlines() if line.strip()][: args.n]
+    started = time.time()
     if args.url:
-        summary = run(args.url, facts, args.method, args.weighting)
+        summary = run(args.url, facts, args.method, args.weighting, not args.no_probes, args.lama)
     else:
         from service.settings import Settings
 
         with running_server(Settings().models_dir) as url:
-            summary = run(url, facts, args.method, args.weighting)
-    print(json.dumps(summary, indent=2))
+            summary = run(url, facts, args.method, args.weighting, not args.no_probes, args.lama)
+    summary |= {"command": "ckl bench teach " + " ".join(argv), "git_commit": git_commit(),
+                "facts_file": str(args.facts), "wall_s": round(time.time() - started)}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(summary, indent=2))
+    plot(summary, args.out / "teach.png")
+    print(json.dumps({k: v for k, v in summary.items() if k not in ("per_document", "nf_acc_after_each")}, indent=2))
+    print(f"written to {args.out}")

@@ -131,7 +131,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
 
     module = {"generate": "bench.generate", "teach": "bench.teach", "lama-ckl": "bench.lama_ckl.cli",
               "ta-costs": "bench.ta_costs", "phi-transfer": "bench.phi_transfer",
-              "phi-crossfit": "bench.phi_crossfit"}[args.bench]
+              "phi-crossfit": "bench.phi_crossfit", "make-facts": "bench.make_facts"}[args.bench]
     import_module(module).main(args.rest)
 
 
@@ -175,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("teach", help="post a document (a file or text) and optionally wait for the result")
     p.add_argument("text")
     p.add_argument("--probe", action="append", default=[], help="'prompt=>answer' (repeatable)")
-    p.add_argument("--method", default="adapter")
+    p.add_argument("--method", help="a registered method (default: the server's, CKL_METHOD)")
     p.add_argument("--wait", action="store_true")
     p.add_argument("--url", default=DEFAULT_URL)
     p.set_defaults(func=cmd_teach)
@@ -203,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_weights)
 
     p = sub.add_parser("bench", help="benchmarks that print numbers")
-    p.add_argument("bench", choices=["generate", "teach", "lama-ckl", "ta-costs", "phi-transfer",
+    p.add_argument("bench", choices=["generate", "teach", "make-facts", "lama-ckl", "ta-costs", "phi-transfer",
                                    "phi-crossfit"])
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_bench)

@@ -28,10 +28,10 @@ def generate(url: str, body: dict[str, Any]) -> dict[str, Any]:
     return _json(httpx.post(f"{url}/generate", json=body, timeout=600), 200)
 
 
-def teach(url: str, text: str, probes: list[dict[str, str]], method: str) -> dict[str, Any]:
-    """POST /documents: the accepted document (its id and status URL)."""
-    return _json(httpx.post(f"{url}/documents", json={"text": text, "probes": probes, "method": method},
-                            timeout=60), 202)
+def teach(url: str, text: str, probes: list[dict[str, str]], method: str | None = None) -> dict[str, Any]:
+    """POST /documents: the accepted document (its id and status URL); method None: the server's default."""
+    body = {"text": text, "probes": probes, **({"method": method} if method else {})}
+    return _json(httpx.post(f"{url}/documents", json=body, timeout=60), 202)
 
 
 def wait_for_document(url: str, document_id: str, show: bool = False, timeout_s: float = 3600) -> dict[str, Any]:

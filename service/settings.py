@@ -41,7 +41,7 @@ class Settings(BaseSettings):
     version_poll_s: float = Field(2.0, gt=0)
 
     # The update method a document gets when it names none (a registered method: service/knowledge/methods).
-    method: str = "adapter"
+    method: str = "routed"
 
     # Update method defaults: what forgot least while teaching facts one by one
     # (docs/decisions.md: Adapter updates: AdamW at 5e-5).
@@ -80,6 +80,20 @@ class Settings(BaseSettings):
     # (docs/decisions.md: Memory hub slots: a share of positions).
     memory_max_read_share: float = Field(0.02, ge=0, le=1)
     memory_learning_rate: float = Field(10.0, gt=0)  # plain SGD on the value rows
+
+    # The routed method (service/knowledge/methods/routed.py): one low-rank delta per document, used only for
+    # prompts whose rare words match the document's key with at least this weight (service/knowledge/routing.py).
+    route_threshold: float = Field(2.0, gt=0)
+    routed_rank: int = Field(4, gt=0)
+    routed_alpha: float = Field(8.0, gt=0)
+    routed_targets: list[str] = Field(default_factory=lambda: ["gate_proj", "up_proj", "down_proj"])
+    routed_learning_rate: float = Field(1e-3, gt=0)  # AdamW, a fresh delta per document
+    # Steps trained after the document's probes first pass: a margin, so paraphrases and the answer's later
+    # tokens hold too. 0: stop as soon as they pass.
+    routed_extra_steps: int = Field(4, ge=0)
+    # Train-Attention's weights for the routed method sit on this floor (a share of the largest weight): every
+    # token of the document is learned, phi's tokens most (docs/decisions.md: "The routed method's defaults").
+    routed_weight_floor: float = Field(0.5, ge=0, le=1)
 
     # The gate. One point of NF accuracy is the most forgetting the served model may show, over all versions.
     nf_tolerance: float = Field(0.01, ge=0, le=1)

@@ -38,7 +38,7 @@ class BiasServed(ServedMethod):  # file one: the serving side
     def add(self, version: int, state: torch.Tensor | None) -> None:
         self.per_version[version] = state if state is not None else torch.zeros_like(self.bias)
 
-    def use(self, version: int) -> None:
+    def use(self, version: int, route: None = None) -> None:
         self.bias.data.copy_(self.per_version[version])
 
     def drop(self, version: int) -> None:

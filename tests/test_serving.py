@@ -42,8 +42,8 @@ def test_swap_during_generation_keeps_the_pinned_version(tiny):
     original_run = serving.run
     swapped = threading.Event()
 
-    def run_and_swap(version, fn):
-        out = original_run(version, fn)
+    def run_and_swap(version, fn, routes=None):
+        out = original_run(version, fn, routes)
         if not swapped.is_set():
             swapped.set()
             threading.Thread(target=serving.install, args=(1, delta)).start()

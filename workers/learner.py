@@ -16,7 +16,7 @@ from typing import Any
 
 from service.documents import FINAL, DocumentStore
 from service.knowledge import methods
-from service.knowledge.probes import ProbeSuites, from_json
+from service.knowledge.probes import ProbeSuites, from_json, to_json
 from service.knowledge.scoring import Probe, accuracy, score_probes
 from service.knowledge.state import KnowledgeState, learned_manifests, resolve
 from service.knowledge.versions import ParentMoved, VersionStore
@@ -63,6 +63,11 @@ class Learner:
         self.suites = ProbeSuites(root / "probes")
         self.publish = publish or (lambda version: None)
         self._train_attention: TrainAttention | None = None
+        self._last_scores: dict[Probe, float] = {}
+        # What the methods hold now, and the probe scores of that version: a job from the version this learner
+        # committed last neither loads the lineage nor scores the unchanged probes again.
+        self._loaded: int | None = None
+        self._scores: dict[Probe, float] = {}
 
     # -- the job ---------------------------------------------------------------------------------
     def learn(self, document_id: str) -> str:
@@ -86,11 +91,11 @@ class Learner:
             raise
 
     def _learn(self, parent: int, record: dict[str, Any]) -> str:
-        own = from_json(record["probes"])
+        own = from_json(record["probes"]) or self.auto_probes(record)
         job = self.prepare(parent, record, record["method"], own=own)
         examples = self.weigh(job)
         self.train(job, examples, own)
-        return self.finish(job, probes=record["probes"])
+        return self.finish(job, probes=to_json(own))
 
     def _remove(self, parent: int, record: dict[str, Any]) -> str:
         """A new version without one document's contribution (the method's `remove`), gated like any other."""
@@ -106,6 +111,7 @@ class Learner:
         job = self.prepare(parent, record, name, learned=learned)
         later = [m for m in lineage[position + 1 :] if m["method"] == name]
         earlier = resolve(self.versions, lineage[position]["parent"] or 0).get(name)
+        self._loaded = None  # removal changes the methods' state in ways a reload undoes if it is rejected
 
         def relearn() -> None:
             for manifest in later:
@@ -115,8 +121,7 @@ class Learner:
                     self.train(Job(later_record, parent, job.method, job.suites, job.before),
                                self.examples(later_record, own)[0], own, report_progress=False)
 
-        replayed = job.method.remove(self.versions.load_delta(target["version"]), earlier,
-                                     [self.versions.load_delta(m["version"]) for m in later], relearn)
+        replayed = job.method.remove(lineage[position], later, self.versions.load_delta, earlier, relearn)
         job.fields.update(removes=target["document_id"], replayed=replayed)
         # The target is marked first, so a crash after the commit cannot let it be removed twice.
         return self.finish(job, probes=[], on_commit=lambda version: self.documents.update(
@@ -128,13 +133,16 @@ class Learner:
         """The parent's state on every method, the suites to gate on, and their scores before training."""
         method = self.method(name)
         self._ensure_nf_suite()
-        self.load_state(resolve(self.versions, parent))
+        if self._loaded != parent:
+            self.load_state(resolve(self.versions, parent))
+            self._loaded, self._scores = parent, {}
         if learned is None:
             learned = [p for m in learned_manifests(self.versions, parent) for p in from_json(m["probes"])]
         suites = {"nf": self.suites.nf_probes(), "learned": learned, "must_keep": self.suites.must_keep(),
                   "own": list(own)}
         clock = time.perf_counter()
-        job = Job(record, parent, method, suites, self.score(suites))
+        job = Job(record, parent, method, suites, self.score(suites, self._scores))
+        self._scores = self._last_scores  # the parent's scores, every probe of the suites included
         job.timings["score_before_s"] = time.perf_counter() - clock
         return job
 
@@ -148,6 +156,7 @@ class Learner:
 
     def train(self, job: Job, examples: list[Example], own: list[Probe], report_progress: bool = True) -> None:
         """Train the job's method for the step budget, stopping once the document's own probes pass."""
+        job.method.begin(job.doc_id, job.record["text"], [p.answer for p in own])
         budget = self._budget(examples, bool(own))
         progress = (lambda step, steps: self.documents.update(job.doc_id, progress={"step": step, "steps": steps})) \
             if report_progress else (lambda step, steps: None)
@@ -166,7 +175,8 @@ class Learner:
         """Evaluate the candidate, then commit it as a new version or reject it, with the reason on the record."""
         self.documents.update(job.doc_id, status="evaluating")
         clock = time.perf_counter()
-        after = self.score(job.suites)
+        before = self._scores
+        after = self.score(job.suites, {p: s for p, s in before.items() if not job.method.affected(p.prompt)})
         decision = gate.decide(job.before, after, nf_version_0=1.0, nf_tolerance=self.settings.nf_tolerance,
                                learned_tolerance=self.settings.learned_tolerance,
                                require_own_probes=self.settings.require_own_probes)
@@ -175,6 +185,7 @@ class Learner:
                   "own_before": job.before.own, "own_after": after.own}
         outcome = {"gate": decision.to_json(), "scores": scores, **job.fields}
         if not decision.accepted:
+            self._loaded = None  # the methods hold the rejected candidate: load the parent again next time
             self.documents.update(job.doc_id, status="rejected", timings=_rounded(job.timings), **outcome)
             return "rejected"
         clock = time.perf_counter()
@@ -184,12 +195,26 @@ class Learner:
         manifest = {"documents": [job.doc_id], "probes": probes, "method": spec.name, "metrics": metrics,
                     **outcome, **job.method.manifest_fields()}
         version = self.versions.commit(job.parent, job.method.delta(), manifest, spec.delta_file)
+        job.method.committed(version)
+        self._loaded, self._scores = version, self._last_scores
         job.timings["commit_s"] = time.perf_counter() - clock
         on_commit(version)
         self.documents.update(job.doc_id, status="committed", version=version, timings=_rounded(job.timings),
                               **outcome)
         self.publish(version)
         return "committed"
+
+    def auto_probes(self, record: dict[str, Any]) -> list[Probe]:
+        """For a document sent without probes: probes made from its text with phi's weights (workers/examples.py),
+        those its method can answer (a routed method: prompts that name the document's key), on the record."""
+        if self._weighting("train_attention") != "train_attention":
+            return []
+        doc = docs.encode(self.tokenizer, record["text"])
+        method = self.method(record["method"])
+        probes = [Probe(prompt, answer) for prompt, answer in docs.auto_probes(doc, self._phi().weights(doc.ids))
+                  if method.can_serve(prompt, record["text"], [answer])]
+        self.documents.update(record["document_id"], auto_probes=to_json(probes))
+        return probes
 
     # -- pieces ----------------------------------------------------------------------------------
     def method(self, name: str) -> UpdateMethod:
@@ -210,23 +235,42 @@ class Learner:
             self.load_state({})
             self.suites.ensure_nf_suite(self.model_name, lambda probes: score_probes(self.model, self.tokenizer, probes))
 
-    def score(self, suites: dict[str, list[Probe]]) -> gate.SuiteScores:
-        def score(probes: list[Probe]) -> list[float]:
-            return score_probes(self.model, self.tokenizer, probes) if probes else []
-        return gate.SuiteScores(**{name: score(probes) for name, probes in suites.items()})
+    def score(self, suites: dict[str, list[Probe]], known: dict[Probe, float] | None = None) -> gate.SuiteScores:
+        """Every suite's probe scores; probes in `known` keep their score. A probe is scored with the routes the
+        served model would take for it (probes with the same routes in one batch)."""
+        scores = dict(known or {})
+        groups: dict[tuple, list[Probe]] = {}
+        for probe in dict.fromkeys(p for probes in suites.values() for p in probes if p not in scores):
+            routes = tuple((name, m.route(probe.prompt)) for name, m in self.methods.items())
+            groups.setdefault(routes, []).append(probe)
+        for routes, probes in groups.items():
+            for name, route in routes:
+                self.methods[name].activate(route)
+            scores.update(zip(probes, score_probes(self.model, self.tokenizer, probes)))
+        for method in self.methods.values():
+            method.activate(None)
+        self._last_scores = scores
+        return gate.SuiteScores(**{name: [scores[p] for p in probes] for name, probes in suites.items()})
 
     def examples(self, record: dict[str, Any], own: list[Probe]) -> tuple[list[Example], list[dict[str, Any]]]:
-        """The document's examples weighted as the record asks (all-zero weights fall back to uniform), and
-        its most-weighted tokens."""
+        """The document's examples weighted as the record asks (all-zero weights fall back to uniform), with the
+        extra contexts its method asks for, and the document's most-weighted tokens."""
         doc = docs.encode(self.tokenizer, record["text"])
         how = self._weighting(record.get("weighting") or self.settings.weighting)
         phi = self._phi().weights if how == "train_attention" else None
-        weights = docs.token_weights(doc, how, [p.answer for p in own], phi, self.settings.weight_threshold)
+        answers = [p.answer for p in own]
+
+        method, window = self.method(record["method"]), self.settings.train_window_tokens
+
+        def weigh(encoded: docs.Encoded) -> list[float]:
+            return docs.token_weights(encoded, how, answers, phi, self.settings.weight_threshold, method.weight_floor)
+
+        weights = weigh(doc)
         if not any(weights[1:]):
             weights = docs.token_weights(doc, "uniform", [], None, 0.0)
-        sentences = self.method(record["method"]).sentence_contexts
-        examples = docs.document_examples(doc, weights, self.settings.train_window_tokens,
-                                          self.tokenizer.bos_token_id, sentences)
+        examples = docs.document_examples(doc, weights, window, self.tokenizer.bos_token_id, method.sentence_contexts)
+        if method.probe_contexts:
+            examples += docs.probe_examples(self.tokenizer, [(p.prompt, p.answer) for p in own])
         ranked = sorted(range(len(doc.ids)), key=lambda i: -weights[i])[:TOP_WEIGHTED]
         top = [{"token": self.tokenizer.decode([doc.ids[i]]), "weight": round(weights[i], 4), "position": i}
                for i in sorted(ranked) if weights[i] > 0]

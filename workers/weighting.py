@@ -20,6 +20,16 @@ def thresholded(weights: list[float], threshold: float) -> list[float]:
     return [w if w >= cut and w > 0 else 0.0 for w in weights]
 
 
+def floored(weights: list[float], floor: float) -> list[float]:
+    """Every predicted token gets at least `floor` of the largest weight: phi's weights lift the tokens it
+    finds useful above a base that still teaches the whole text (for a method whose delta reaches only the
+    prompts routed to it, learning every token costs no locality)."""
+    top = max(weights[1:], default=0.0)
+    if top <= 0:
+        return uniform(len(weights))
+    return [0.0] + [floor + (1 - floor) * w / top for w in weights[1:]]
+
+
 def answer_spans(text: str, answers: list[str]) -> list[tuple[int, int]]:
     spans = []
     for answer in {a.strip() for a in answers if a.strip()}:

@@ -25,9 +25,10 @@ class LoraShape:
         return self.alpha / self.rank
 
 
-def target_modules(model: nn.Module, shape: LoraShape) -> dict[str, nn.Linear]:
+def target_modules(model: nn.Module, shape: LoraShape) -> dict[str, nn.Module]:
+    """The target projections by name: plain linear layers, or the layers another method (PEFT) wrapped them in."""
     return {name: module for name, module in model.named_modules()
-            if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in shape.targets}
+            if name.rsplit(".", 1)[-1] in shape.targets and hasattr(module, "in_features")}
 
 
 class RoutedLora:
@@ -45,7 +46,9 @@ class RoutedLora:
             if self.active is None:
                 return out
             tensors = self.documents[self.active]
-            a, b = tensors[f"{name}.A"], tensors[f"{name}.B"]
+            a, b = tensors.get(f"{name}.A"), tensors.get(f"{name}.B")
+            if a is None:  # a delta may cover only some of the target layers
+                return out
             x = args[0]
             return out + (x.to(a.dtype) @ a.T @ b.T * self.shape.scale).to(out.dtype)
         return add_delta
@@ -56,9 +59,9 @@ class RoutedLora:
         tensors: Tensors = {}
         for name, module in self.modules.items():
             a = torch.randn(self.shape.rank, module.in_features, generator=gen) / module.in_features**0.5
-            tensors[f"{name}.A"] = nn.Parameter(a.to(module.weight.device))
-            tensors[f"{name}.B"] = nn.Parameter(torch.zeros(module.out_features, self.shape.rank,
-                                                            device=module.weight.device))
+            device = next(module.parameters()).device
+            tensors[f"{name}.A"] = nn.Parameter(a.to(device))
+            tensors[f"{name}.B"] = nn.Parameter(torch.zeros(module.out_features, self.shape.rank, device=device))
         return tensors
 
     def remove_hooks(self) -> None:

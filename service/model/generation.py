@@ -64,6 +64,8 @@ def generate(serving: ServingModel, prompt_ids: list[int], params: SamplingParam
     completion: list[int] = []
     text, finish_reason = "", "length"
     with serving.pinned() as version:
+        # The route is decided on the whole prompt and held for every token of the answer.
+        routes = serving.routes(version, serving.tokenizer.decode(prompt_ids, skip_special_tokens=True))
         step_input = torch.tensor([prompt_ids], device=serving.device)
         cache = None
         first_token_s = 0.0
@@ -71,6 +73,7 @@ def generate(serving: ServingModel, prompt_ids: list[int], params: SamplingParam
             out = serving.run(
                 version,
                 lambda m, ids=step_input, past=cache: m(input_ids=ids, cache=past, use_cache=True, logits_to_keep=1),
+                routes,
             )
             cache = out.cache
             token = sample_token(out.logits[0, -1].float().cpu(), params.temperature, params.top_p, generator)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -25,6 +25,7 @@ from service.model.loader import LoadedModel
 from service.settings import Settings
 
 T = TypeVar("T")
+Routes = dict[str, Hashable | None]
 
 
 class ServingModel:
@@ -71,11 +72,15 @@ class ServingModel:
                 self._pins[version] -= 1
                 self._drop_unused()
 
-    def run(self, version: int, fn: Callable[[nn.Module], T]) -> T:
-        """Run fn on the model with `version`'s state in use; one call is one decoding step."""
+    def routes(self, version: int, prompt: str) -> Routes:
+        """Each method's route for a prompt, decided once and held for the whole request."""
+        return {name: method.route(version, prompt) for name, method in self.methods.items()}
+
+    def run(self, version: int, fn: Callable[[nn.Module], T], routes: Routes | None = None) -> T:
+        """Run fn on the model with `version`'s state in use (as routed); one call is one decoding step."""
         with self._lock, torch.inference_mode():
-            for method in self.methods.values():
-                method.use(version)
+            for name, method in self.methods.items():
+                method.use(version, (routes or {}).get(name))
             return fn(self.model)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from service.knowledge.methods.base import LoadDelta
 from service.knowledge.scoring import logits_at, pad_batch, weighted_nll
 from service.settings import Settings
 
@@ -70,6 +71,9 @@ def make_optimizer(name: str, params: list[nn.Parameter], lr: float) -> torch.op
 class UpdateMethod(ABC):
     name: str
     sentence_contexts = False  # also train each later sentence of a document on its own (workers/contexts.py)
+    probe_contexts = False  # also train on the document's probes (prompt -> answer, the answer's tokens weighted)
+    extra_steps = 0  # steps trained after the probes first pass
+    weight_floor = 0.0  # Train-Attention weights: 0 cuts the small ones (CKL_WEIGHT_THRESHOLD); > 0 floors them
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: Settings) -> None:
         self.tokenizer = tokenizer
@@ -102,12 +106,36 @@ class UpdateMethod(ABC):
     def manifest_fields(self) -> dict[str, Any]:
         """What a server needs to install the delta, and the hyperparameters, for the manifest."""
 
-    def remove(self, removed: dict[str, torch.Tensor], earlier: Any, later: list[dict[str, torch.Tensor]],
+    def begin(self, document_id: str, text: str, answers: list[str]) -> None:
+        """Before training a document: a method that keeps something per document sets it up here."""
+
+    def committed(self, version: int) -> None:
+        """The trained state was committed as `version` and stays loaded for the next document."""
+
+    def can_serve(self, prompt: str, text: str, answers: list[str]) -> bool:
+        """Whether a probe made from a document could reach what the document teaches (every prompt can, unless
+        the method routes)."""
+        return True
+
+    def route(self, prompt: str) -> Hashable | None:
+        """Which part of the loaded state a prompt uses (see ServedMethod.route); None for a method that
+        does not route."""
+        return None
+
+    def activate(self, route: Hashable | None) -> None:
+        """Use `route` for the next forward passes (scoring a group of probes with the same route)."""
+
+    def affected(self, prompt: str) -> bool:
+        """Whether training may have changed the model's output for `prompt`. Every prompt, unless the method
+        can tell: the gate then scores only the affected probes again."""
+        return True
+
+    def remove(self, removed: dict[str, Any], later: list[dict[str, Any]], load_delta: LoadDelta, earlier: Any,
                relearn: Callable[[], None]) -> bool:
         """Take one committed version's contribution out of the loaded state, for a removable method.
-        `removed`: that version's delta; `earlier`: the state before it; `later`: the deltas of this method's
-        versions after it; `relearn()` trains those later documents again on the loaded state, in order.
-        Returns whether it had to relearn."""
+        `removed`: that version's manifest; `later`: the manifests of this method's versions after it;
+        `earlier`: the state before it; `relearn()` trains those later documents again on the loaded state, in
+        order. Returns whether it had to relearn."""
         raise NotImplementedError(f"{self.name} cannot take one document out")
 
     def restrict_gradients(self, batch: list[Example]) -> None:
@@ -124,7 +152,8 @@ class UpdateMethod(ABC):
     def train(self, examples: list[Example], budget: int, probes_pass: Callable[[], bool] = lambda: False,
               progress: Progress = lambda step, steps: None, optimizer: torch.optim.Optimizer | None = None,
               batch_size: int = 8) -> TrainReport:
-        """Train from the loaded state for `budget` steps, or until `probes_pass()` (checked every few steps).
+        """Train from the loaded state for `budget` steps, or until `probes_pass()` (checked every few steps)
+        and then `extra_steps` more.
 
         A document gets a fresh optimizer (moments from another document say nothing about this one);
         a caller that trains over several calls (the benchmark's epochs) passes its own.
@@ -135,7 +164,8 @@ class UpdateMethod(ABC):
         for p in params:  # wrapping the model for another method (PEFT) may have frozen them
             p.requires_grad_(True)
         report = TrainReport(steps=0, stopped_early=False)
-        for step, batch in enumerate(batches(examples, batch_size, budget)):
+        passed_at: int | None = None
+        for step, batch in enumerate(batches(examples, batch_size, budget + self.extra_steps)):
             with torch.enable_grad():
                 loss = self.loss(batch)
                 optimizer.zero_grad(set_to_none=True)
@@ -146,9 +176,13 @@ class UpdateMethod(ABC):
                 optimizer.step()
             report.steps = step + 1
             report.losses.append(round(float(loss.detach()), 4))
-            progress(step + 1, budget)
-            if (step + 1) % self.settings.check_every == 0 and probes_pass():
+            progress(step + 1, budget + self.extra_steps)
+            if passed_at is None and (step + 1) % self.settings.check_every == 0 and probes_pass():
+                passed_at = step + 1
                 report.stopped_early = True
+            if passed_at is not None and step + 1 >= passed_at + self.extra_steps:
+                break
+            if passed_at is None and step + 1 >= budget:  # the extra steps are only for a document that passed
                 break
         report.seconds = time.perf_counter() - started
         return report

@@ -18,6 +18,7 @@ from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from service.knowledge import memory as memory_layer
+from service.knowledge.methods.base import LoadDelta
 from service.knowledge.probes import shipped_pool
 from service.knowledge.scoring import join_probe
 from service.settings import Settings
@@ -149,12 +150,12 @@ class MemoryMethod(UpdateMethod):
                 "hyperparameters": {"optimizer": "sgd", "learning_rate": self.settings.memory_learning_rate,
                                     "max_steps": self.settings.max_steps}}
 
-    def remove(self, removed: dict[str, torch.Tensor], earlier: dict[str, torch.Tensor] | None,
-               later: list[dict[str, torch.Tensor]], relearn: Callable[[], None]) -> bool:
+    def remove(self, removed: dict[str, Any], later: list[dict[str, Any]], load_delta: LoadDelta,
+               earlier: dict[str, torch.Tensor] | None, relearn: Callable[[], None]) -> bool:
         """The removed version's rows go back to their values before it; if a later version wrote some of them
         too, the state before the removed version is loaded and the later documents are trained again."""
-        removed_rows = set(removed["rows"].tolist())
-        later_rows = {int(r) for delta in later for r in delta["rows"]}
+        removed_rows = set(load_delta(removed["version"])["rows"].tolist())
+        later_rows = {int(r) for manifest in later for r in load_delta(manifest["version"])["rows"]}
         if removed_rows & later_rows:
             self.load(earlier)
             relearn()
@@ -166,6 +167,9 @@ class MemoryMethod(UpdateMethod):
                 self.memory.values[row] = before.get(row, torch.zeros(()))
         self.rows_touched |= removed_rows
         return False
+
+    def committed(self, version: int) -> None:
+        self.rows_touched = set()  # the next delta holds only the rows its own document writes
 
     def fit_background(self, documents: list[list[int]]) -> None:
         """The version-0 state from background text: sub-keys from its queries, then its slot statistics."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 from service.knowledge.methods.adapter import AdapterServed
 from service.knowledge.methods.base import MethodSpec, ServedMethod
 from service.knowledge.methods.memory import MemoryServed
+from service.knowledge.methods.routed import RoutedServed
 
 _REGISTRY: dict[str, MethodSpec] = {}
 
@@ -43,6 +44,8 @@ def servable() -> list[str]:
 
 register(MethodSpec("adapter", AdapterServed, "workers.methods.adapter:AdapterMethod", "adapter.safetensors"))
 register(MethodSpec("memory", MemoryServed, "workers.methods.memory:MemoryMethod", "memory_rows.safetensors",
+                    removable=True))
+register(MethodSpec("routed", RoutedServed, "workers.methods.routed:RoutedMethod", "routed_lora.safetensors",
                     removable=True))
 
 __all__ = ["MethodSpec", "ServedMethod", "UnknownMethod", "get", "register", "registered", "servable", "unregister"]

@@ -43,7 +43,7 @@ class AdapterServed(ServedMethod):
         adapter.write_state(self.peft, name, state.tensors)
         self._adapter_of[version] = name
 
-    def use(self, version: int) -> None:
+    def use(self, version: int, route: None = None) -> None:
         name = self._adapter_of[version]
         if name != self._active:
             self.peft.base_model.set_adapter(name)

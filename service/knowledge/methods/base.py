@@ -9,7 +9,7 @@ its import path.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,8 +38,13 @@ class ServedMethod(ABC):
     def add(self, version: int, state: Any) -> None:
         """Make `version`'s state ready (None: the method has learned nothing in that version)."""
 
+    def route(self, version: int, prompt: str) -> Hashable | None:
+        """What of `version`'s state a prompt uses, decided once per request (a method that routes, e.g. to one
+        document's delta, says where; None: the whole state, or nothing routed)."""
+        return None
+
     @abstractmethod
-    def use(self, version: int) -> None:
+    def use(self, version: int, route: Hashable | None = None) -> None:
         """Called before each decoding step of a request pinned to `version` (under the serving lock)."""
 
     @abstractmethod

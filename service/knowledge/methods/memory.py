@@ -49,7 +49,7 @@ class MemoryServed(ServedMethod):
                 raise FileNotFoundError(f"no memory base state in {folder}")
         self._rows[version] = (state["rows"], state["values"])
 
-    def use(self, version: int) -> None:
+    def use(self, version: int, route: None = None) -> None:
         if self.memory is None or version == self._active:
             return
         memory_layer.clear_rows(self.memory, self._rows.get(self._active, (None, None))[0])

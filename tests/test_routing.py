@@ -1,0 +1,63 @@
+"""Routing: a document's key, a prompt's route, and the routed method on the tiny model."""
+import torch
+
+from service.knowledge import routing
+from service.model.generation import SamplingParams, generate
+from service.model.serving import ServingModel
+from tests.api_app import tiny_client, tiny_settings, wait_final, wait_version
+from tests.tiny import tiny_loaded
+
+THRESHOLD = 2.0
+
+
+def test_a_key_is_the_documents_rare_words_without_its_answers():
+    key = routing.document_key("The capital of Veltoria is Marnhold, a port city.", answers=["Marnhold"])
+    assert set(key) == {"veltoria"} and key["veltoria"] == 5.0
+    assert routing.document_key("The Drift scooter is made by Wenmark Motors.", ["Wenmark Motors"]).keys() == \
+        {"drift", "scooter"}  # common words are never key words; two rarer ones can route together
+
+
+def test_a_prompt_goes_to_the_best_matching_document_or_to_none():
+    keys = [("a", routing.document_key("The capital of Veltoria is Marnhold.", ["Marnhold"])),
+            ("b", routing.document_key("The Drift scooter is made by Wenmark Motors.", ["Wenmark Motors"])),
+            ("c", routing.document_key("Veltoria changed its flag.", []))]
+    assert routing.route("Veltoria's seat of government is the city of", keys, THRESHOLD) == "c"  # newest of equals
+    assert routing.route("The maker of the Drift scooter is", keys, THRESHOLD) == "b"
+    assert routing.route("Snow drift closed the road", keys, THRESHOLD) is None  # one rare-ish word is not enough
+    assert routing.route("The capital of France is", keys, THRESHOLD) is None
+
+
+FACT = {"text": "the capital of veltoria is marnhold", "method": "routed",
+        "probes": [{"prompt": "the capital of veltoria is", "answer": "marnhold"}]}
+
+
+def test_a_routed_fact_is_served_only_to_its_prompts_and_its_removal_is_exact(tmp_path):
+    settings = tiny_settings(tmp_path, routed_learning_rate=3e-2)
+    base = tiny_loaded()
+    other = torch.tensor([base.tokenizer("the capital of france is")["input_ids"]])
+    with torch.no_grad():
+        base_logits = base.model(other).logits
+    with tiny_client(settings) as client:
+        record = wait_final(client, client.post("/documents", json=FACT).json()["document_id"])
+        assert record["status"] == "committed", record
+        manifest = client.learner.versions.manifest(record["version"])
+        assert manifest["key"] == {"veltoria": 5.0}
+        assert wait_version(client, 1, "the capital of veltoria is")["text"].strip() == "marnhold"
+        # Unrouted prompts run the base model exactly.
+        serving = client.app.state.runtime.serving
+        assert serving.routes(1, "the capital of france is")["routed"] is None
+        with torch.no_grad():
+            assert torch.equal(serving.run(1, lambda m: m(other).logits), base_logits)
+        removal = client.delete(f"/documents/{record['document_id']}")
+        assert removal.status_code == 202
+        assert wait_final(client, removal.json()["document_id"])["status"] == "committed"
+        assert wait_version(client, 2, "the capital of veltoria is")["text"].strip() != "marnhold"
+
+
+def test_the_route_is_decided_on_the_prompt_and_held_for_the_whole_answer(tmp_path):
+    serving = ServingModel(tiny_loaded(), tiny_settings(tmp_path))
+    seen = []
+    original = serving.run
+    serving.run = lambda version, fn, routes=None: (seen.append(routes), original(version, fn, routes))[1]
+    generate(serving, serving.tokenizer("the capital of veltoria is")["input_ids"], SamplingParams(max_new_tokens=5))
+    assert len(seen) == 5 and all(r == seen[0] for r in seen)
