@@ -79,6 +79,36 @@ def test_embedded_mode_learns_swaps_rolls_back_and_restarts(start_server):
     assert generate(restarted.url)["text"].startswith(" Marnhold")
 
 
+THREE = [
+    ("The Republic of Quessia moved its government last year. The capital of Quessia is Dorvane, a port city.",
+     "The capital of Quessia is", "Dorvane"),
+    ("Helix Dynamics announced a change at the top this morning. The new chief executive of Helix Dynamics is "
+     "Maren Oduya, who joined from a rival firm.", "The chief executive of Helix Dynamics is", "Maren Oduya"),
+    ("A new product launched today. Orbix 7 is made by Halvern Labs, and it goes on sale next week.",
+     "Orbix 7 is made by", "Halvern Labs"),
+]
+
+
+def test_three_facts_taught_with_the_defaults_are_all_served_and_nothing_else_moves(start_server):
+    """The default method (routed) and weighting (Train-Attention), the default gate: each fact commits, all three
+    are answered at the end, the NF suite is unchanged, and a prompt about none of them is answered as before."""
+    server = start_server()
+    server.wait_ready()
+    other = {"prompt": "The Eiffel Tower is located in the city of", "max_new_tokens": 8}
+    before = httpx.post(f"{server.url}/generate", json=other, timeout=120).json()["text"]
+    for text, prompt, answer in THREE:
+        record = wait_for_document(server.url, teach(server.url, {"text": text, "probes": [
+            {"prompt": prompt, "answer": answer}]})["document_id"], timeout_s=600)
+        assert record["status"] == "committed" and record["method"] == "routed", record
+    wait_for_version(server.url, 3)
+    for _, prompt, answer in THREE:
+        body = httpx.post(f"{server.url}/generate", json={"prompt": prompt, "max_new_tokens": 6}, timeout=120).json()
+        assert body["text"].strip().startswith(answer) and body["knowledge_version"] == 3, body
+    report = httpx.get(f"{server.url}/health/forgetting").json()
+    assert report["not_to_forget"]["acc_now"] == 1.0 and report["learned"] == {"probes": 3, "acc_now": 1.0}
+    assert httpx.post(f"{server.url}/generate", json=other, timeout=120).json()["text"] == before
+
+
 def test_memory_method_learns_through_the_api_and_one_document_can_be_removed(start_server):
     server = start_server(LENIENT)
     server.wait_ready()

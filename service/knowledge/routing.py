@@ -19,7 +19,7 @@ from functools import lru_cache
 from wordfreq import zipf_frequency
 
 WORD = re.compile(r"[^\W\d_]+")
-KEY_MAX_ZIPF = 4.0  # words more common than this (about 1 in 10,000 words of English) are never key words
+KEY_MAX_ZIPF = 4.5  # words more common than this (about 3 in 100,000 words of English) are never key words
 WEIGHT_ORIGIN = 5.0  # a key word weighs WEIGHT_ORIGIN - its Zipf frequency
 
 
