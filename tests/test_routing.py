@@ -12,7 +12,7 @@ THRESHOLD = 2.0
 
 def test_a_key_is_the_documents_rare_words_without_its_answers():
     key = routing.document_key("The capital of Veltoria is Marnhold, a port city.", answers=["Marnhold"])
-    assert set(key) == {"veltoria", "port"} and key["veltoria"] == 5.0 and key["port"] < 1
+    assert set(key) == {"veltoria"} and key["veltoria"] == 5.0
     assert routing.document_key("The Drift scooter is made by Wenmark Motors.", ["Wenmark Motors"]).keys() == \
         {"drift", "scooter"}  # common words are never key words; two rarer ones can route together
 
