@@ -138,7 +138,7 @@ def create_app(runtime: Runtime) -> FastAPI:
             raise ApiError(409, "already_removed", f"removed in version {target['removed_in_version']}")
         if target["status"] != "committed":
             raise ApiError(409, "not_committed", f"only a committed document can be removed (status: {target['status']})")
-        if not methods.get(target["method"]).removable:
+        if target["method"] not in methods.servable() or not methods.get(target["method"]).removable:
             removable = ", ".join(s.name for s in methods.registered() if s.removable)
             raise ApiError(409, "not_removable", f"only documents of a removable method ({removable}) can be removed "
                                                  f"one by one; roll back with POST /versions/{{n}}/activate")

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from service.documents import DocumentStore
+from service.knowledge import methods
 from service.knowledge.probes import ProbeSuites
 from service.knowledge.scoring import score_probes
 from service.knowledge.versions import VersionStore
@@ -43,6 +44,8 @@ class Runtime:
         """Load the model and start the queue and the version watcher (runs in a background thread)."""
         try:
             s = self.settings
+            if s.method not in methods.servable():
+                raise ValueError(f"CKL_METHOD={s.method!r} is not a registered method ({', '.join(methods.servable())})")
             loaded = self.load() if self.load else load_model(s, progress=lambda msg: log.warning(msg))
             serving = ServingModel(loaded, s)
             self.suites.ensure_nf_suite(

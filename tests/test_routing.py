@@ -61,3 +61,16 @@ def test_the_route_is_decided_on_the_prompt_and_held_for_the_whole_answer(tmp_pa
     serving.run = lambda version, fn, routes=None: (seen.append(routes), original(version, fn, routes))[1]
     generate(serving, serving.tokenizer("the capital of veltoria is")["input_ids"], SamplingParams(max_new_tokens=5))
     assert len(seen) == 5 and all(r == seen[0] for r in seen)
+
+
+def test_a_document_with_no_rare_words_is_refused_before_training(tmp_path):
+    from workers.learner import Learner
+
+    learner = Learner(tiny_settings(tmp_path), loaded=tiny_loaded())
+    record, _ = learner.documents.create({"text": "the capital of france is paris", "method": "routed",
+                                          "weighting": "oracle", "probes": [
+                                              {"prompt": "the capital of france is", "answer": "paris"}]}, None)
+    assert learner.learn(record["document_id"]) == "rejected"
+    record = learner.documents.get(record["document_id"])
+    assert "no words rare enough" in record["gate"]["reason"] and record.get("training") is None
+    assert learner.versions.current() == 0

@@ -85,6 +85,7 @@ class Learner:
                     log.warning("document %s: %s; training again", document_id, moved)
             raise RuntimeError(f"the current version kept moving during {MAX_PARENT_RETRIES} attempts")
         except Exception as exc:
+            self._forget_loaded()  # the methods may hold a half-trained candidate
             final = record["attempts"] > self.settings.job_retries
             self.documents.update(document_id, status="failed" if final else "queued",
                                   error=f"{type(exc).__name__}: {exc}")
@@ -93,6 +94,9 @@ class Learner:
     def _learn(self, parent: int, record: dict[str, Any]) -> str:
         own = from_json(record["probes"]) or self.auto_probes(record)
         job = self.prepare(parent, record, record["method"], own=own)
+        job.method.begin(job.doc_id, record["text"], [p.answer for p in own])
+        if reason := job.method.refusal():
+            return self.reject(job, reason)
         examples = self.weigh(job)
         self.train(job, examples, own)
         return self.finish(job, probes=to_json(own))
@@ -106,18 +110,22 @@ class Learner:
             raise ValueError(f"version {target['version']} of document {target['document_id']} is not in the "
                              f"lineage of the current version {parent}")
         name = lineage[position]["method"]
-        learned = [p for m in learned_manifests(self.versions, parent)
-                   if target["document_id"] not in m["documents"] for p in from_json(m["probes"])]
+        counted = learned_manifests(self.versions, parent)
+        learned = [p for m in counted if target["document_id"] not in m["documents"] for p in from_json(m["probes"])]
         job = self.prepare(parent, record, name, learned=learned)
-        later = [m for m in lineage[position + 1 :] if m["method"] == name]
+        if not any(target["document_id"] in m["documents"] for m in counted):
+            return self.reject(job, f"document {target['document_id']} is no longer in version {parent}")
+        # The method's later versions whose documents still count (not removals, not removed ones).
+        later = [m for m in counted if m["version"] > lineage[position]["version"] and m["method"] == name
+                 and not m.get("removes")]
         earlier = resolve(self.versions, lineage[position]["parent"] or 0).get(name)
-        self._loaded = None  # removal changes the methods' state in ways a reload undoes if it is rejected
+        self._forget_loaded()  # the methods' state changes now; a rejection must not leave it loaded
 
         def relearn() -> None:
             for manifest in later:
+                own = from_json(manifest["probes"])  # the probes it was committed with, made ones included
                 for later_id in manifest["documents"]:
                     later_record = self.documents.get(later_id)
-                    own = from_json(later_record["probes"])
                     self.train(Job(later_record, parent, job.method, job.suites, job.before),
                                self.examples(later_record, own)[0], own, report_progress=False)
 
@@ -156,7 +164,7 @@ class Learner:
 
     def train(self, job: Job, examples: list[Example], own: list[Probe], report_progress: bool = True) -> None:
         """Train the job's method for the step budget, stopping once the document's own probes pass."""
-        job.method.begin(job.doc_id, job.record["text"], [p.answer for p in own])
+        self._forget_loaded()  # from here the methods hold a candidate, not the parent
         budget = self._budget(examples, bool(own))
         progress = (lambda step, steps: self.documents.update(job.doc_id, progress={"step": step, "steps": steps})) \
             if report_progress else (lambda step, steps: None)
@@ -185,7 +193,6 @@ class Learner:
                   "own_before": job.before.own, "own_after": after.own}
         outcome = {"gate": decision.to_json(), "scores": scores, **job.fields}
         if not decision.accepted:
-            self._loaded = None  # the methods hold the rejected candidate: load the parent again next time
             self.documents.update(job.doc_id, status="rejected", timings=_rounded(job.timings), **outcome)
             return "rejected"
         clock = time.perf_counter()
@@ -211,12 +218,31 @@ class Learner:
             return []
         doc = docs.encode(self.tokenizer, record["text"])
         method = self.method(record["method"])
-        probes = [Probe(prompt, answer) for prompt, answer in docs.auto_probes(doc, self._phi().weights(doc.ids))
-                  if method.can_serve(prompt, record["text"], [answer])]
+        made = docs.auto_probes(doc, self._phi().weights(doc.ids))
+        while True:  # the answers are left out of what a probe may be checked against: all of them
+            answers = [answer for _, answer in made]
+            kept = [(prompt, answer) for prompt, answer in made if method.can_serve(prompt, record["text"], answers)]
+            if kept == made:
+                break
+            made = kept
+        probes = [Probe(prompt, answer) for prompt, answer in made]
         self.documents.update(record["document_id"], auto_probes=to_json(probes))
         return probes
 
+    def reject(self, job: Job, reason: str) -> str:
+        """Rejected before any training, the reason on the record."""
+        self._forget_loaded()
+        self.documents.update(job.doc_id, status="rejected", scores={"before": job.before.summary()},
+                              gate=gate.Decision(False, reason).to_json())
+        return "rejected"
+
     # -- pieces ----------------------------------------------------------------------------------
+    def _forget_loaded(self) -> None:
+        """The methods no longer hold a committed version: the next job loads its parent again."""
+        self._loaded = None
+        for method in self.methods.values():
+            method.activate(None)
+
     def method(self, name: str) -> UpdateMethod:
         """A registered method's training side, built on the learner's model on first use."""
         if name not in self.methods:
@@ -232,6 +258,7 @@ class Learner:
 
     def _ensure_nf_suite(self) -> None:
         if self.suites.nf_suite() is None:
+            self._forget_loaded()
             self.load_state({})
             self.suites.ensure_nf_suite(self.model_name, lambda probes: score_probes(self.model, self.tokenizer, probes))
 

@@ -109,6 +109,10 @@ class UpdateMethod(ABC):
     def begin(self, document_id: str, text: str, answers: list[str]) -> None:
         """Before training a document: a method that keeps something per document sets it up here."""
 
+    def refusal(self) -> str | None:
+        """After `begin`: why this document cannot be learned by this method at all (None: it can)."""
+        return None
+
     def committed(self, version: int) -> None:
         """The trained state was committed as `version` and stays loaded for the next document."""
 

@@ -63,6 +63,14 @@ class RoutedMethod(UpdateMethod):
         self.document_id, self.key = document_id, routing.document_key(text, answers)
         self.lora.documents[document_id] = self.lora.fresh(seed=zlib.crc32(document_id.encode()))
 
+    def refusal(self) -> str | None:
+        weight = sum(self.key.values())
+        if weight < self.settings.route_threshold:
+            words = ", ".join(self.key) or "none"
+            return (f"no words rare enough to route prompts to this document (key words: {words}; weight "
+                    f"{weight:.2f} < {self.settings.route_threshold}); teach it with method 'adapter' or 'memory'")
+        return None
+
     def train(self, *args: Any, **kwargs: Any):
         self.lora.active = self.document_id  # trained (and its probes checked) with its own delta on
         return super().train(*args, **kwargs)
