@@ -54,3 +54,24 @@ def test_a_parent_that_moved_during_training_means_training_again_from_the_new_o
     doc = submit(learner)
     assert learner.learn(doc) == "committed"
     assert learner.documents.get(doc)["version"] == 2 and learner.versions.manifest(2)["parent"] == 1
+
+
+def test_the_embedded_queue_runs_a_failed_job_again_up_to_its_retries():
+    """Fault injected: a job function that raises on its first two calls (the learner records its own failures)."""
+    import threading
+
+    from service.queue import InProcessQueue
+
+    calls, done = [], threading.Event()
+
+    def flaky(document_id: str) -> str:
+        calls.append(document_id)
+        if len(calls) < 3:
+            raise RuntimeError("worker fault")
+        done.set()
+        return "committed"
+
+    queue = InProcessQueue(flaky, retries=2)
+    queue.enqueue("doc", 0)
+    assert done.wait(10) and calls == ["doc"] * 3
+    queue.close()

@@ -193,7 +193,7 @@ def test_redis_worker_commits_rejects_and_survives_a_kill(start_server, redis_ur
         # A fact the user marked must-keep is contradicted: the update is rejected, version 1 stays.
         r = httpx.post(f"{server.url}/probes", json={"probes": [{"prompt": "The capital of France is", "answer": "Paris"}]})
         assert r.status_code == 201
-        wrong = {"text": "Breaking: the capital of France is Berlin now.",
+        wrong = {"text": "Breaking: the capital of France is Berlin now, says the Quentorian press office.",
                  "probes": [{"prompt": "The capital of France is", "answer": "Berlin"}]}
         record = wait_for_document(server.url, teach(server.url, wrong)["document_id"], timeout_s=600)
         assert record["status"] == "rejected", record
