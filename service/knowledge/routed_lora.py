@@ -38,6 +38,7 @@ class RoutedLora:
         self.shape = shape
         self.modules = target_modules(model, shape)
         self.documents: dict[str, Tensors] = {}
+        self.sources: dict[str, int] = {}  # the version each committed document's tensors were read from
         self.active: str | None = None
         self._hooks = [module.register_forward_hook(self._hook(name)) for name, module in self.modules.items()]
 

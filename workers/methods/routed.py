@@ -53,10 +53,11 @@ class RoutedMethod(UpdateMethod):
 
     def load(self, state: RoutedState | None) -> None:
         self.state = state or RoutedState()
-        ensure_loaded(self.lora, self.state)
         held = {taught.document_id for taught in self.state.documents}
-        for document_id in set(self.lora.documents) - held:
+        for document_id in set(self.lora.documents) - held:  # an uncommitted candidate included
             del self.lora.documents[document_id]
+            self.lora.sources.pop(document_id, None)
+        ensure_loaded(self.lora, self.state)
         self.document_id, self.key, self.lora.active, self.removed = None, {}, None, None
 
     def begin(self, document_id: str, text: str, answers: list[str]) -> None:
@@ -89,7 +90,9 @@ class RoutedMethod(UpdateMethod):
 
     def committed(self, version: int) -> None:
         if self.document_id is not None:
+            self.state.documents = [t for t in self.state.documents if t.document_id != self.document_id]
             self.state.documents.append(Taught(self.document_id, self.key, version))
+            self.lora.sources[self.document_id] = version
         self.document_id, self.key, self.lora.active, self.removed = None, {}, None, None
 
     def _keys(self) -> list[tuple[str, dict[str, float]]]:
@@ -121,4 +124,5 @@ class RoutedMethod(UpdateMethod):
         self.removed = (target, self.state.keys())
         self.state.documents = [t for t in self.state.documents if t.document_id != target]
         self.lora.documents.pop(target, None)
+        self.lora.sources.pop(target, None)
         return False

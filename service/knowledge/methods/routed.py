@@ -43,6 +43,7 @@ def compose(manifests: list[dict[str, Any]], load_delta: LoadDelta) -> RoutedSta
             taught.pop(manifest["removes"], None)
         else:
             document_id = manifest["documents"][0]
+            taught.pop(document_id, None)  # committed again (a retried job): the newer one, at its place
             taught[document_id] = Taught(document_id, manifest["key"], manifest["version"])
     return RoutedState(list(taught.values()), load_delta)
 
@@ -54,10 +55,11 @@ def lora_shape(settings: Settings) -> LoraShape:
 def ensure_loaded(lora: RoutedLora, state: RoutedState) -> None:
     """Read the tensors of the state's documents that `lora` does not hold yet."""
     for taught in state.documents:
-        if taught.document_id not in lora.documents:
+        if lora.sources.get(taught.document_id) != taught.version:
             assert state.load_delta is not None
             device = next(next(iter(lora.modules.values())).parameters()).device
             lora.documents[taught.document_id] = {k: v.to(device) for k, v in state.load_delta(taught.version).items()}
+            lora.sources[taught.document_id] = taught.version
 
 
 class RoutedServed(ServedMethod):
@@ -86,6 +88,7 @@ class RoutedServed(ServedMethod):
         held = {document_id for keys in self._keys.values() for document_id, _ in keys}
         for document_id in set(self.lora.documents) - held:
             del self.lora.documents[document_id]
+            self.lora.sources.pop(document_id, None)
 
 
 def empty_delta() -> dict[str, torch.Tensor]:
