@@ -40,7 +40,8 @@ class RoutedLora:
         self.documents: dict[str, Tensors] = {}
         self.sources: dict[str, int] = {}  # the version each committed document's tensors were read from
         self.active: str | None = None
-        self._hooks = [module.register_forward_hook(self._hook(name)) for name, module in self.modules.items()]
+        for name, module in self.modules.items():
+            module.register_forward_hook(self._hook(name))
 
     def _hook(self, name: str):
         def add_delta(_module: nn.Module, args: tuple, out: torch.Tensor) -> torch.Tensor:
@@ -64,7 +65,3 @@ class RoutedLora:
             tensors[f"{name}.A"] = nn.Parameter(a.to(device))
             tensors[f"{name}.B"] = nn.Parameter(torch.zeros(module.out_features, self.shape.rank, device=device))
         return tensors
-
-    def remove_hooks(self) -> None:
-        for hook in self._hooks:
-            hook.remove()
