@@ -33,6 +33,15 @@ def test_training_learns_the_probe_and_stops_when_it_passes(tiny):
     assert score_probes(method.model, tiny.tokenizer, probe) == [1.0]
 
 
+def test_probes_that_fail_after_the_extra_steps_mean_training_on_until_they_pass_again(tiny):
+    method = make(tiny)
+    method.extra_steps = 2
+    answers = iter([True, False, True, True])  # passes at 1; the check after 3 fails; passes at 4 and after 6
+    checks = []
+    report = method.train([fact_example(tiny)], 10, lambda: checks.append(1) or next(answers))
+    assert report.steps == 6 and len(checks) == 4 and report.stopped_early
+
+
 def test_load_restores_version_0_and_a_delta_exactly(tiny):
     ids = torch.tensor([tiny.tokenizer("the capital of veltoria is marnhold")["input_ids"]])
     with torch.no_grad():

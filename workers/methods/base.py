@@ -157,7 +157,7 @@ class UpdateMethod(ABC):
               progress: Progress = lambda step, steps: None, optimizer: torch.optim.Optimizer | None = None,
               batch_size: int = 8) -> TrainReport:
         """Train from the loaded state for `budget` steps, or until `probes_pass()` (checked every few steps)
-        and then `extra_steps` more.
+        and then `extra_steps` more, after which the probes must still pass (else training goes on).
 
         A document gets a fresh optimizer (moments from another document say nothing about this one);
         a caller that trains over several calls (the benchmark's epochs) passes its own.
@@ -183,10 +183,14 @@ class UpdateMethod(ABC):
             progress(step + 1, budget + self.extra_steps)
             if passed_at is None and (step + 1) % self.settings.check_every == 0 and probes_pass():
                 passed_at = step + 1
-                report.stopped_early = True
-            if passed_at is not None and step + 1 >= passed_at + self.extra_steps:
+            elif passed_at is not None and step + 1 >= passed_at + self.extra_steps:
+                if probes_pass():
+                    break
+                passed_at = None  # the extra steps undid what they were to strengthen: train on, within the budget
+            if passed_at is not None and not self.extra_steps:
                 break
             if passed_at is None and step + 1 >= budget:  # the extra steps are only for a document that passed
                 break
+        report.stopped_early = passed_at is not None
         report.seconds = time.perf_counter() - started
         return report
