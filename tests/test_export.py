@@ -1,0 +1,38 @@
+"""`ckl export`: an adapter version as a PEFT folder that PeftModel.from_pretrained serves exactly as we do."""
+import pytest
+import torch
+from peft import PeftModel
+
+from service.knowledge.export import NotExportable, export_adapter
+from service.model.serving import ServingModel, install_committed
+from tests.api_app import tiny_settings
+from tests.test_learner import FACT, submit
+from tests.tiny import tiny_loaded
+from workers.learner import Learner
+
+
+def test_an_adapter_version_exports_as_peft_and_other_knowledge_is_refused(tmp_path):
+    settings = tiny_settings(tmp_path, routed_learning_rate=3e-2)
+    learner = Learner(settings, loaded=tiny_loaded())
+    assert learner.learn(submit(learner)) == "committed"
+    out = export_adapter(learner.versions, 1, tmp_path / "v1", "tiny")
+    assert {p.name for p in out.iterdir()} == {"adapter_config.json", "adapter_model.safetensors"}
+
+    serving = ServingModel(tiny_loaded(), settings)
+    install_committed(serving, learner.versions, 1)
+    ids = torch.tensor([serving.tokenizer(FACT["probes"][0]["prompt"])["input_ids"]])
+    base = tiny_loaded().model
+    with torch.no_grad():
+        served = serving.run(1, lambda m: m(ids).logits)
+        before = base(ids).logits
+        exported = PeftModel.from_pretrained(base, str(out)).eval()(ids).logits
+    assert not torch.allclose(before, served)  # the version changed the model
+    torch.testing.assert_close(exported, served)
+
+    with pytest.raises(NotExportable, match="learned nothing"):
+        export_adapter(learner.versions, 0, tmp_path / "v0", "tiny")
+    routed = {"text": "the capital of zembria is tolvane", "method": "routed", "weighting": "oracle",
+              "probes": [{"prompt": "the capital of zembria is", "answer": "tolvane"}]}
+    assert learner.learn(submit(learner, routed)) == "committed"
+    with pytest.raises(NotExportable, match="routed"):
+        export_adapter(learner.versions, 2, tmp_path / "v2", "tiny")
