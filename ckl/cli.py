@@ -22,6 +22,34 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return Settings(**{k: v for k in flags if (v := getattr(args, k, None)) is not None})
 
 
+def binding_refusal(settings) -> str | None:
+    """Why the server must not start as configured: open to everyone and reachable from other machines."""
+    from service.auth import is_loopback
+
+    if settings.api_keys or settings.allow_unauthenticated or is_loopback(settings.host):
+        return None
+    return (f"refusing to listen on {settings.host} with no API keys: anyone who reaches the port could teach the "
+            "model. Configure CKL_API_KEYS (ckl keys new), bind 127.0.0.1, or set CKL_ALLOW_UNAUTHENTICATED=true")
+
+
+def cmd_keys(args: argparse.Namespace) -> None:
+    import json
+
+    from service.auth import SCOPES, KeyConfig, hash_key, new_key
+
+    from pydantic import ValidationError
+
+    try:
+        entry = KeyConfig(name=args.name, sha256="0" * 64, scopes=args.scopes.split(","))  # checks name and scopes
+    except ValidationError as exc:
+        sys.exit(f"ckl keys: {exc.errors()[0]['msg']}")
+    key = new_key()
+    entry.sha256 = hash_key(key)
+    print(f"key (give it to the client; it is not stored): {key}")
+    print(f"add to CKL_API_KEYS (a JSON list; scopes: {', '.join(SCOPES)}):")
+    print(json.dumps(entry.model_dump()))
+
+
 def cmd_serve(args: argparse.Namespace) -> None:
     import logging
 
@@ -33,6 +61,10 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     settings = settings_from(args)
+    if refusal := binding_refusal(settings):
+        sys.exit(f"ckl serve: {refusal}")
+    if not settings.api_keys:
+        print("ckl-serve: no API keys configured: every request is allowed (loopback only)", flush=True)
     job.configure(settings)  # the embedded queue's learner is built with these (a `ckl worker` takes its own)
     mode = f"RQ on {settings.redis_url}" if settings.redis_url else "embedded worker (no Redis)"
     print(f"ckl-serve on http://{settings.host}:{settings.port}  data: {settings.data_dir}  model: {settings.model}  "
@@ -169,6 +201,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int)
     p.add_argument("--redis-url", help="use RQ on Redis (then run `ckl worker`); default: embedded worker")
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("keys", help="make an API key: prints the key and the entry for CKL_API_KEYS")
+    keys_sub = p.add_subparsers(dest="keys_command", required=True)
+    k = keys_sub.add_parser("new")
+    k.add_argument("--name", required=True)
+    k.add_argument("--scopes", default="generate", help="comma-separated: generate, teach, admin")
+    k.set_defaults(func=cmd_keys)
 
     p = sub.add_parser("worker", help="run an RQ worker that keeps the model loaded")
     local(p)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any
 
@@ -16,6 +17,12 @@ class Refused(Exception):
         self.body = body
 
 
+def _headers() -> dict[str, str]:
+    """The key in CKL_API_KEY, for a server that has keys configured."""
+    key = os.environ.get("CKL_API_KEY")
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
 def _json(response: httpx.Response, expected: int) -> dict[str, Any]:
     body = response.json()
     if response.status_code != expected:
@@ -25,13 +32,13 @@ def _json(response: httpx.Response, expected: int) -> dict[str, Any]:
 
 def generate(url: str, body: dict[str, Any]) -> dict[str, Any]:
     """POST /generate: the completion and its counts."""
-    return _json(httpx.post(f"{url}/generate", json=body, timeout=600), 200)
+    return _json(httpx.post(f"{url}/generate", json=body, headers=_headers(), timeout=600), 200)
 
 
 def teach(url: str, text: str, probes: list[dict[str, str]], method: str | None = None) -> dict[str, Any]:
     """POST /documents: the accepted document (its id and status URL); method None: the server's default."""
     body = {"text": text, "probes": probes, **({"method": method} if method else {})}
-    return _json(httpx.post(f"{url}/documents", json=body, timeout=60), 202)
+    return _json(httpx.post(f"{url}/documents", json=body, headers=_headers(), timeout=60), 202)
 
 
 def wait_for_document(url: str, document_id: str, show: bool = False, timeout_s: float = 3600) -> dict[str, Any]:
@@ -39,7 +46,7 @@ def wait_for_document(url: str, document_id: str, show: bool = False, timeout_s:
     deadline = time.monotonic() + timeout_s
     last = None
     while time.monotonic() < deadline:
-        record = httpx.get(f"{url}/documents/{document_id}", timeout=30).json()
+        record = httpx.get(f"{url}/documents/{document_id}", headers=_headers(), timeout=30).json()
         line = f"{record['status']} step {record['progress']['step']}/{record['progress']['steps']}"
         if show and line != last:
             print(line, flush=True)
@@ -52,8 +59,8 @@ def wait_for_document(url: str, document_id: str, show: bool = False, timeout_s:
 
 def status(url: str) -> dict[str, Any]:
     """The current version, retention, and how many documents are in each status."""
-    report = httpx.get(f"{url}/health/forgetting", timeout=30).json()
-    docs = httpx.get(f"{url}/documents", params={"limit": 500}, timeout=30).json()
+    report = httpx.get(f"{url}/health/forgetting", headers=_headers(), timeout=30).json()
+    docs = httpx.get(f"{url}/documents", params={"limit": 500}, headers=_headers(), timeout=30).json()
     counts: dict[str, int] = {}
     for item in docs["items"]:
         counts[item["status"]] = counts.get(item["status"], 0) + 1

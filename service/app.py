@@ -5,12 +5,14 @@ import threading
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service import forgetting
+from service.auth import LOOPBACK_HOSTS, Caller, find_caller, is_loopback
+from service.middleware import RequestGuard
 from service.knowledge import methods
 from service.documents import IdempotencyConflict, UnknownDocument
 from service.knowledge.probes import to_json
@@ -18,13 +20,17 @@ from service.knowledge.scoring import Probe
 from service.knowledge.versions import UnknownVersion
 from service.model.generation import SamplingParams, generate
 from service.runtime import Runtime
-from service.schemas import DocumentAccepted, DocumentRequest, GenerateRequest, GenerateResponse, ProbesRequest
+from service.knowledge.state import learned_manifests
+from service.schemas import (ActivateRequest, DocumentAccepted, DocumentRequest, GenerateRequest, GenerateResponse,
+                             ProbesRequest, DOCUMENT_ID)
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str, fields: list[dict[str, str]] | None = None) -> None:
+    def __init__(self, status: int, code: str, message: str, fields: list[dict[str, str]] | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.fields = status, code, message, fields or []
+        self.headers = headers
 
 
 def field_error(field: str, rule: str, message: str) -> ApiError:
@@ -38,7 +44,7 @@ def error_body(code: str, message: str, fields: list[dict[str, str]] | None = No
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(error_body(exc.code, exc.message, exc.fields), status_code=exc.status)
+        return JSONResponse(error_body(exc.code, exc.message, exc.fields), status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -68,6 +74,30 @@ def create_app(runtime: Runtime) -> FastAPI:
     app = FastAPI(title="ckl-serve", version="0.1.0", lifespan=lifespan)
     app.state.runtime = runtime
     install_error_handlers(app)
+    app.add_middleware(RequestGuard, max_body_bytes=settings.max_body_bytes, allowed_hosts=allowed_hosts(settings))
+
+    def needs(scope: str):
+        """A route's access rule: a configured key with `scope` (admin may do everything)."""
+        def check(request: Request) -> Caller:
+            caller = find_caller(settings.api_keys, request.headers.get("authorization"))
+            if caller is None:
+                raise ApiError(401, "unauthorized", "an API key is needed: Authorization: Bearer <key>",
+                               headers={"WWW-Authenticate": "Bearer"})
+            if not caller.may(scope):
+                raise ApiError(403, "forbidden", f"this key lacks the {scope} scope")
+            return caller
+        check.scope = scope  # read by the test that walks every route
+        return check
+
+    def owned(document_id: str, caller: Caller) -> dict[str, Any]:
+        """A document the caller may see: another key's document is as unknown as one that does not exist."""
+        try:
+            record = runtime.documents.get(document_id) if DOCUMENT_ID.match(document_id) else None
+        except UnknownDocument:
+            record = None
+        if record is None or not caller.owns(record):
+            raise ApiError(404, "not_found", f"no document {document_id}")
+        return record
 
     def serving():
         if runtime.serving is None:
@@ -85,7 +115,7 @@ def create_app(runtime: Runtime) -> FastAPI:
             return JSONResponse(body, status_code=503)
         return JSONResponse({"ready": True, "model": settings.model, "knowledge_version": runtime.serving.current})
 
-    @app.post("/generate", response_model=GenerateResponse)
+    @app.post("/generate", response_model=GenerateResponse, dependencies=[Depends(needs("generate"))])
     def generate_text(req: GenerateRequest) -> GenerateResponse:
         if len(req.prompt) > settings.max_prompt_chars:
             raise field_error("prompt", "max_chars", f"longer than {settings.max_prompt_chars} characters")
@@ -99,7 +129,7 @@ def create_app(runtime: Runtime) -> FastAPI:
         return GenerateResponse(**vars(generate(model, ids, params)))
 
     @app.post("/documents", status_code=202, response_model=DocumentAccepted)
-    def post_document(req: DocumentRequest) -> DocumentAccepted:
+    def post_document(req: DocumentRequest, caller: Caller = Depends(needs("teach"))) -> DocumentAccepted:
         if len(req.text) > settings.max_document_chars:
             raise field_error("text", "max_chars", f"longer than {settings.max_document_chars} characters")
         if len(req.probes) > settings.max_probes_per_document:
@@ -110,7 +140,7 @@ def create_app(runtime: Runtime) -> FastAPI:
                               "oracle weighting needs probes whose answer occurs in the text")
         serving()  # refuse before storing anything while no queue exists yet
         body = {**req.model_dump(exclude={"idempotency_key"}), "weighting": weighting,
-                "method": req.method or settings.method}
+                "method": req.method or settings.method, "owner": caller.name}
         try:
             record, new = runtime.documents.create(body, req.idempotency_key)
         except IdempotencyConflict as exc:
@@ -126,12 +156,10 @@ def create_app(runtime: Runtime) -> FastAPI:
                                 status_url=f"/documents/{record['document_id']}")
 
     @app.delete("/documents/{document_id}", status_code=202, response_model=DocumentAccepted)
-    def delete_document(document_id: str) -> DocumentAccepted:
-        """Take one memory document's contribution out: a removal job makes a new, gated version."""
-        try:
-            target = runtime.documents.get(document_id)
-        except UnknownDocument as exc:
-            raise ApiError(404, "not_found", f"no document {document_id}") from exc
+    def delete_document(document_id: str,
+                        caller: Caller = Depends(needs("teach"))) -> DocumentAccepted:
+        """Take one document's contribution out (a removable method): a removal job makes a new, gated version."""
+        target = owned(document_id, caller)
         if target.get("removes"):
             raise ApiError(409, "not_removable", "this is a removal; activate an earlier version to undo it")
         if target.get("removed_in_version"):
@@ -146,7 +174,8 @@ def create_app(runtime: Runtime) -> FastAPI:
         if target["version"] not in lineage:
             raise ApiError(409, "not_current", f"version {target['version']} is not part of the current version")
         serving()
-        body = {"text": "", "probes": [], "method": target["method"], "weighting": "uniform", "removes": document_id}
+        body = {"text": "", "probes": [], "method": target["method"], "weighting": "uniform", "removes": document_id,
+                "owner": caller.name}
         record, new = runtime.documents.create(body, f"remove:{document_id}:{runtime.versions.current()}")
         if new:
             record = runtime.documents.update(record["document_id"], job_id=runtime.queue.enqueue(record["document_id"], 0))
@@ -154,44 +183,65 @@ def create_app(runtime: Runtime) -> FastAPI:
                                 status_url=f"/documents/{record['document_id']}")
 
     @app.get("/documents/{document_id}")
-    def get_document(document_id: str) -> dict[str, Any]:
-        try:
-            return runtime.documents.get(document_id)
-        except UnknownDocument as exc:
-            raise ApiError(404, "not_found", f"no document {document_id}") from exc
+    def get_document(document_id: str, caller: Caller = Depends(needs("teach"))) -> dict[str, Any]:
+        return owned(document_id, caller)
 
     @app.get("/documents")
-    def list_documents(offset: int = Query(0, ge=0), limit: int = Query(50, ge=1, le=500)) -> dict[str, Any]:
-        records = runtime.documents.all()
+    def list_documents(offset: int = Query(0, ge=0), limit: int = Query(50, ge=1, le=500),
+                       caller: Caller = Depends(needs("teach"))) -> dict[str, Any]:
+        records = [r for r in runtime.documents.all() if caller.owns(r)]
         brief = [{k: r[k] for k in ("document_id", "status", "version", "created_at", "method")} for r in records]
         return {"total": len(records), "offset": offset, "limit": limit, "items": brief[offset : offset + limit]}
 
-    @app.post("/probes", status_code=201)
+    @app.post("/probes", status_code=201, dependencies=[Depends(needs("admin"))])
     def add_probes(req: ProbesRequest) -> dict[str, Any]:
         merged = runtime.suites.add_must_keep([Probe(p.prompt, p.answer) for p in req.probes])
         return {"must_keep": to_json(merged)}
 
-    @app.get("/probes")
+    @app.get("/probes", dependencies=[Depends(needs("admin"))])
     def list_probes() -> dict[str, Any]:
         suite = runtime.suites.nf_suite() or {"probes": []}
         return {"not_to_forget": suite["probes"], "must_keep": to_json(runtime.suites.must_keep())}
 
-    @app.get("/versions")
+    @app.get("/versions", dependencies=[Depends(needs("admin"))])
     def list_versions() -> dict[str, Any]:
         store = runtime.versions
         return {"current": store.current(), "versions": [forgetting.version_row(store.manifest(v)) for v in store.versions()]}
 
-    @app.post("/versions/{version}/activate")
-    def activate(version: int) -> dict[str, Any]:
+    @app.post("/versions/{version}/activate", dependencies=[Depends(needs("admin"))])
+    def activate(version: int, req: ActivateRequest) -> dict[str, Any]:
         try:
+            if back := restored_by(runtime.versions, version):
+                if not req.force:
+                    raise ApiError(409, "would_restore_removed",
+                                   f"version {version} holds documents removed since: {', '.join(back)}; "
+                                   "send force: true to activate it anyway")
             runtime.versions.activate(version)
         except UnknownVersion as exc:
             raise ApiError(404, "not_found", str(exc)) from exc
         runtime.notify()
         return {"current": version}
 
-    @app.get("/health/forgetting")
+    @app.get("/health/forgetting", dependencies=[Depends(needs("admin"))])
     def health_forgetting() -> dict[str, Any]:
         return forgetting.report(runtime.versions, runtime.suites, runtime.documents)
 
     return app
+
+
+def allowed_hosts(settings) -> list[str]:
+    """The Host headers served: as configured; else, open and on loopback, loopback names only (a web page
+    cannot reach the server by DNS rebinding); else any."""
+    if settings.allowed_hosts:
+        return settings.allowed_hosts
+    if not settings.api_keys and is_loopback(settings.host):
+        return list(LOOPBACK_HOSTS)
+    return ["*"]
+
+
+def restored_by(versions, version: int) -> list[str]:
+    """Documents that `version` holds and that a removal along the current lineage took out since."""
+    current = versions.lineage(versions.current())
+    removed = {m["removes"] for m in current if m.get("removes")}
+    held = {d for m in learned_manifests(versions, version) for d in m["documents"]} if version else set()
+    return sorted(removed & held)

@@ -3,11 +3,15 @@ from __future__ import annotations
 
 from typing import Literal
 
+import re
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from service.knowledge import methods
 
 WEIGHTINGS = ("train_attention", "uniform", "oracle")
+MIN_TEMPERATURE = 0.01  # below it, logits / temperature overflow to inf: greedy (0) is the way to ask for that
+DOCUMENT_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what ids look like; anything else names no document
 
 
 class Strict(BaseModel):
@@ -26,9 +30,16 @@ class GenerateRequest(Strict):
     temperature: float = Field(0.0, ge=0.0, le=5.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     stop: list[str] = Field(default_factory=list, max_length=8)
-    seed: int | None = Field(None, ge=0)
+    seed: int | None = Field(None, ge=0, lt=2**63)  # torch's generator takes a signed 64-bit seed
 
     _prompt = field_validator("prompt")(not_blank)
+
+    @field_validator("temperature")
+    @classmethod
+    def _greedy_or_stable(cls, value: float) -> float:
+        if 0 < value < MIN_TEMPERATURE:
+            raise ValueError(f"must be 0 (greedy) or at least {MIN_TEMPERATURE}")
+        return value
 
 
 class GenerateResponse(BaseModel):
@@ -71,6 +82,11 @@ class DocumentAccepted(BaseModel):
     job_id: str | None
     status: str
     status_url: str
+
+
+class ActivateRequest(Strict):
+    # Activating a version from before a removal brings the removed documents back: only when asked.
+    force: bool = False
 
 
 class ProbesRequest(Strict):

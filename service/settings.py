@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from service.auth import KeyConfig
+
 DEFAULT_MODEL = "default"
 
 
@@ -26,6 +28,13 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = 8000
+    # Access (service/auth.py): keys by SHA-256 with scopes, a JSON list; none configured means open, and
+    # then `ckl serve` binds loopback only unless allow_unauthenticated says otherwise.
+    api_keys: list[KeyConfig] = Field(default_factory=list)
+    allow_unauthenticated: bool = False
+    # Host headers accepted; empty: loopback names when open and loopback-bound, any otherwise.
+    allowed_hosts: list[str] = Field(default_factory=list)
+    max_body_bytes: int = Field(1_048_576, gt=0)
 
     max_prompt_tokens: int = Field(2048, gt=0)
     max_new_tokens_cap: int = Field(512, gt=0)

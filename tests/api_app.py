@@ -29,7 +29,7 @@ def tiny_client(settings: Settings) -> Iterator[TestClient]:
     """A ready client; the server and the learner each hold their own tiny model, as two processes would."""
     learner = Learner(settings, loaded=tiny_loaded())
     runtime = Runtime.create(settings, run_job=learner.learn, load=tiny_loaded)
-    with TestClient(create_app(runtime)) as client:
+    with TestClient(create_app(runtime), base_url="http://127.0.0.1") as client:  # an open server serves loopback
         deadline = time.monotonic() + 60
         while client.get("/ready").status_code != 200:
             assert runtime.error is None, runtime.error

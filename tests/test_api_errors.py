@@ -67,7 +67,7 @@ def test_unknown_method_names_the_registered_ones(client):
 
 def test_unknown_ids_are_404(client):
     for r in (client.get("/documents/0123456789abcdef"), client.get("/documents/not-an-id!"),
-              client.delete("/documents/0123456789abcdef"), client.post("/versions/99/activate")):
+              client.delete("/documents/0123456789abcdef"), client.post("/versions/99/activate", json={})):
         assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
 
 

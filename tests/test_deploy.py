@@ -36,6 +36,7 @@ def test_compose_services_heal_and_read_only_settings_that_exist():
     assert "build" not in services["worker"]
     password = "${CKL_REDIS_PASSWORD:?set CKL_REDIS_PASSWORD}"
     assert password in services["redis"]["command"] and password in services["api"]["environment"]["CKL_REDIS_URL"]
+    assert "CKL_API_KEYS" in services["api"]["environment"]  # the image listens on 0.0.0.0: never open
     assert re.fullmatch(r"\d+-\d+:8000", services["api"]["ports"][0])  # a port range: the api scales
     assert (ROOT / "deploy" / "redis.conf").read_text().count("appendonly yes") == 1
 

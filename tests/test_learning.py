@@ -67,10 +67,10 @@ def test_embedded_mode_learns_swaps_rolls_back_and_restarts(start_server):
     assert report["not_to_forget"]["acc_now"] >= 0.8 and report["learned"] == {"probes": 1, "acc_now": 1.0}
     assert [row["version"] for row in report["history"]] == [0, 1]
 
-    assert httpx.post(f"{server.url}/versions/0/activate").json() == {"current": 0}
+    assert httpx.post(f"{server.url}/versions/0/activate", json={}).json() == {"current": 0}
     assert not wait_for_version(server.url, 0)["text"].startswith(" Marn")
-    assert httpx.post(f"{server.url}/versions/9/activate").status_code == 404
-    httpx.post(f"{server.url}/versions/1/activate")
+    assert httpx.post(f"{server.url}/versions/9/activate", json={}).status_code == 404
+    httpx.post(f"{server.url}/versions/1/activate", json={})
     wait_for_version(server.url, 1)
 
     server.kill()

@@ -88,5 +88,5 @@ def test_a_registered_method_learns_a_fact_through_the_api(bias_method, tmp_path
         manifest = client.learner.versions.manifest(record["version"])
         assert manifest["method"] == "bias" and manifest["delta_file"] == "bias.safetensors"
         assert client.delete(f"/documents/{record['document_id']}").status_code == 409  # not registered removable
-        assert client.post("/versions/0/activate").status_code == 200
+        assert client.post("/versions/0/activate", json={}).status_code == 200
         assert wait_version(client, 0, prompt)["text"].strip() != "marnhold"

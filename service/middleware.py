@@ -1,0 +1,95 @@
+"""What every request goes through before a route: a request id, a Host allowlist (no DNS rebinding onto an
+open loopback server), a body-size cap read before parsing, and JSON only for state changes (a cross-site
+form post or a body-less POST cannot change anything)."""
+from __future__ import annotations
+
+import json
+import re
+import uuid
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+async def _error(send: Send, status: int, code: str, message: str, request_id: str) -> None:
+    body = json.dumps({"error": {"code": code, "message": message, "fields": []}}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            (b"x-request-id", request_id.encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def host_name(host: str) -> str:
+    """The Host header without its port ("[::1]:8000" -> "::1")."""
+    if host.startswith("["):
+        return host[1:].split("]")[0]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that gives `body` once, then what the client sends next (its disconnect)."""
+    given = False
+
+    async def replay() -> Message:
+        nonlocal given
+        if given:
+            return await receive()
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+    return replay
+
+
+class RequestGuard:
+    """Pure ASGI (it must see the body before FastAPI reads it): X-Request-ID in and out, 400 for a Host not
+    allowed, 413 past `max_body_bytes`, 415 for a POST that is not application/json; errors in the API's JSON
+    envelope."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int, allowed_hosts: list[str]) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.allowed_hosts = None if "*" in allowed_hosts else set(allowed_hosts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        given = _header(scope, b"x-request-id")
+        request_id = given if given and REQUEST_ID.match(given) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        if self.allowed_hosts is not None and host_name(_header(scope, b"host") or "") not in self.allowed_hosts:
+            return await _error(send, 400, "host_not_allowed", "this server does not answer to that Host header",
+                                request_id)
+        length = _header(scope, b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
+            return await _error(send, 413, "too_large", f"the body is over {self.max_body_bytes} bytes", request_id)
+        if scope["method"] == "POST":
+            content_type = (_header(scope, b"content-type") or "").split(";")[0].strip().lower()
+            if content_type != "application/json":
+                return await _error(send, 415, "unsupported_media_type",
+                                    "a POST must send a JSON body (content-type: application/json)", request_id)
+
+        if length is None and _header(scope, b"transfer-encoding"):  # chunked: read it all here, up to the cap
+            chunks, size, more = [], 0, True
+            while more:
+                message = await receive()
+                chunks.append(message.get("body", b""))
+                size += len(chunks[-1])
+                more = message.get("more_body", False)
+                if size > self.max_body_bytes:
+                    return await _error(send, 413, "too_large", f"the body is over {self.max_body_bytes} bytes",
+                                        request_id)
+            receive = _replay(b"".join(chunks), receive)
+
+        async def tagged(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
+            await send(message)
+
+        await self.app(scope, receive, tagged)

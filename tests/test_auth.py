@@ -1,0 +1,111 @@
+"""Access and admission on the tiny model: API keys with scopes on every route, owners of documents, the
+Host allowlist, the body cap, JSON-only POSTs, request ids, and the server's refusal to listen open."""
+import pytest
+from fastapi.routing import APIRoute
+
+from ckl.cli import binding_refusal
+from service.auth import KeyConfig, hash_key
+from service.middleware import host_name
+from tests.api_app import tiny_client, tiny_settings, wait_final
+
+KEYS = {"asker": ["generate"], "teacher": ["teach"], "other": ["teach"], "root": ["admin"]}
+PUBLIC = {"/health", "/ready"}
+FACT = {"text": "the capital of veltoria is marnhold", "probes": [{"prompt": "the capital of veltoria is",
+                                                                   "answer": "marnhold"}]}
+
+
+def auth(name: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer key-of-{name}"}
+
+
+@pytest.fixture
+def keyed(tmp_path):
+    keys = [KeyConfig(name=n, sha256=hash_key(f"key-of-{n}"), scopes=s) for n, s in KEYS.items()]
+    with tiny_client(tiny_settings(tmp_path, api_keys=keys, max_body_bytes=4096)) as client:
+        yield client
+
+
+def route_scope(route: APIRoute) -> list[str]:
+    return [d.call.scope for d in route.dependant.dependencies if hasattr(d.call, "scope")]
+
+
+def test_every_route_but_health_and_ready_needs_a_key_with_its_scope(keyed):
+    routes = [r for r in keyed.app.routes if isinstance(r, APIRoute)]
+    assert {r.path for r in routes} >= PUBLIC | {"/generate", "/documents", "/versions"}
+    for route in routes:
+        if route.path in PUBLIC:
+            assert route_scope(route) == [] and keyed.get(route.path).status_code in (200, 503)
+            continue
+        (scope,) = route_scope(route)  # exactly one access rule: a new route cannot be forgotten
+        path = route.path.replace("{version}", "0").replace("{document_id}", "abc")
+        for method in route.methods:
+            r = keyed.request(method, path, json={} if method == "POST" else None)
+            assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", (method, path)
+            assert r.headers["www-authenticate"] == "Bearer"
+            wrong = {"generate": "teacher", "teach": "asker", "admin": "teacher"}[scope]
+            r = keyed.request(method, path, json={} if method == "POST" else None, headers=auth(wrong))
+            assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden", (method, path)
+    r = keyed.post("/generate", json={"prompt": "hi", "max_new_tokens": 1}, headers={"Authorization": "Bearer nope"})
+    assert r.status_code == 401
+
+
+def test_a_teacher_sees_only_its_own_documents_and_an_admin_sees_all(keyed):
+    r = keyed.post("/documents", json=FACT, headers=auth("teacher"))
+    assert r.status_code == 202
+    doc = r.json()["document_id"]
+    assert keyed.get(f"/documents/{doc}", headers=auth("teacher")).json()["owner"] == "teacher"
+    assert keyed.get(f"/documents/{doc}", headers=auth("other")).status_code == 404
+    assert keyed.delete(f"/documents/{doc}", headers=auth("other")).status_code == 404
+    assert keyed.get("/documents", headers=auth("other")).json()["total"] == 0
+    assert keyed.get("/documents", headers=auth("root")).json()["total"] == 1
+    assert keyed.get(f"/documents/{doc}", headers=auth("root")).status_code == 200
+    assert keyed.post("/generate", json={"prompt": "hi", "max_new_tokens": 1}, headers=auth("root")).status_code == 200
+
+
+def test_bodies_are_capped_json_only_and_every_answer_carries_a_request_id(keyed):
+    big = {"text": "x" * 5000}
+    r = keyed.post("/documents", json=big, headers=auth("teacher"))
+    assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
+
+    def chunks():
+        yield b'{"text": "'
+        yield b"x" * 5000
+        yield b'"}'
+    r = keyed.post("/documents", content=chunks(), headers={**auth("teacher"), "content-type": "application/json"})
+    assert r.status_code == 413
+    r = keyed.post("/versions/0/activate", headers=auth("root"))  # no body: no state change
+    assert r.status_code == 415 and r.json()["error"]["code"] == "unsupported_media_type"
+    r = keyed.post("/versions/0/activate", data={"force": "true"}, headers=auth("root"))  # a cross-site form
+    assert r.status_code == 415
+    assert keyed.get("/documents", headers=auth("root")).json()["total"] == 0
+    r = keyed.get("/health", headers={"X-Request-ID": "abc-123"})
+    assert r.headers["x-request-id"] == "abc-123"
+    assert len(keyed.get("/health").headers["x-request-id"]) == 32
+    assert len(keyed.get("/health", headers={"X-Request-ID": "bad id\t"}).headers["x-request-id"]) == 32
+
+
+def test_an_open_server_answers_only_to_loopback_host_names(tmp_path):
+    with tiny_client(tiny_settings(tmp_path)) as client:
+        assert client.get("/health").status_code == 200
+        r = client.get("/health", headers={"host": "attacker.example"})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "host_not_allowed"
+    assert [host_name(h) for h in ("127.0.0.1:8000", "[::1]:8000", "localhost", "::1")] == \
+        ["127.0.0.1", "::1", "localhost", "::1"]
+
+
+@pytest.mark.parametrize("body,field", [({"prompt": "hi", "seed": 2**63}, "seed"),
+                                        ({"prompt": "hi", "temperature": 1e-38}, "temperature")])
+def test_numbers_that_used_to_crash_generation_are_refused(tmp_path, body, field):
+    with tiny_client(tiny_settings(tmp_path)) as client:
+        r = client.post("/generate", json=body)
+        assert r.status_code == 422 and r.json()["error"]["fields"][0]["field"] == field
+        assert client.get("/documents/" + "a" * 300).status_code == 404
+
+
+def test_the_server_refuses_to_listen_beyond_loopback_with_no_keys(tmp_path):
+    open_wide = tiny_settings(tmp_path, host="0.0.0.0")
+    assert "CKL_API_KEYS" in binding_refusal(open_wide)
+    assert binding_refusal(tiny_settings(tmp_path)) is None
+    assert binding_refusal(tiny_settings(tmp_path, host="0.0.0.0", allow_unauthenticated=True)) is None
+    key = KeyConfig(name="k", sha256=hash_key("k"), scopes=["generate"])
+    assert binding_refusal(tiny_settings(tmp_path, host="0.0.0.0", api_keys=[key])) is None
