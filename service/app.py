@@ -113,7 +113,8 @@ def create_app(runtime: Runtime) -> FastAPI:
         if runtime.serving is None:
             body = error_body("not_ready", runtime.error or "loading the model")
             return JSONResponse(body, status_code=503)
-        return JSONResponse({"ready": True, "model": settings.model, "knowledge_version": runtime.serving.current})
+        body = {"ready": True, "model": settings.model, "knowledge_version": runtime.serving.current}
+        return JSONResponse({**body, "fallback": runtime.fallback} if runtime.fallback else body)
 
     @app.post("/generate", response_model=GenerateResponse, dependencies=[Depends(needs("generate"))])
     def generate_text(req: GenerateRequest) -> GenerateResponse:

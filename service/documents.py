@@ -98,3 +98,15 @@ class DocumentStore:
 
     def pending(self) -> list[dict[str, Any]]:
         return [r for r in self.all() if r["status"] in PENDING]
+
+    def resumable(self, retries: int) -> list[dict[str, Any]]:
+        """The pending documents to run again after a worker died. One it died on during every allowed attempt
+        is failed instead: a document that kills the process must not take it down at every start."""
+        again = []
+        for record in self.pending():
+            if record["attempts"] > retries:
+                self.update(record["document_id"], status="failed",
+                            error=f"the worker stopped during all {record['attempts']} attempts")
+            else:
+                again.append(record)
+        return again

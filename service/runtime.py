@@ -30,6 +30,7 @@ class Runtime:
     queue: JobQueue | None = None
     serving: ServingModel | None = None
     error: str | None = None
+    fallback: dict | None = None  # set when the current version did not verify at start
     _wake: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
 
@@ -50,7 +51,7 @@ class Runtime:
             serving = ServingModel(loaded, s)
             self.suites.ensure_nf_suite(
                 s.model, lambda probes: serving.run(0, lambda m: score_probes(m, serving.tokenizer, probes)))
-            self._install(self.versions.current(), serving)
+            self._install_newest_good(serving)
             run_job = self.run_job
             assert run_job is not None, "the runtime needs the learning job (workers.job.learn_document)"
             if s.redis_url:
@@ -59,13 +60,30 @@ class Runtime:
                 threading.Thread(target=self._listen_redis, args=(rq,), daemon=True).start()
             else:
                 self.queue = InProcessQueue(lambda doc_id: (run_job(doc_id), self._wake.set()), s.job_retries)
-                for record in self.documents.pending():  # the embedded worker died with the last server
+                for record in self.documents.resumable(s.job_retries):  # the worker died with the last server
                     self.queue.enqueue(record["document_id"], record["attempts"])
             threading.Thread(target=self._watch, daemon=True, name="ckl-version-watcher").start()
             self.serving = serving
         except Exception as exc:  # shown by /ready instead of a silent dead server
             log.exception("start-up failed")
             self.error = f"{type(exc).__name__}: {exc}"
+
+    def _install_newest_good(self, serving: ServingModel) -> None:
+        """The current version; if its files do not verify (a truncated delta after a power cut), the newest
+        version of its lineage that does, made current and reported on /ready."""
+        current = self.versions.current()
+        for version in [m["version"] for m in reversed(self.versions.lineage(current))] + [0]:
+            try:
+                self._install(version, serving)
+            except Exception as exc:
+                log.exception("version %d does not load", version)
+                self.fallback = self.fallback or {"from": current, "reason": f"{type(exc).__name__}: {exc}"}
+                continue
+            if version != current:
+                self.versions.activate(version, why="fallback")
+                self.fallback["to"] = version
+                log.warning("version %d did not verify: serving version %d", current, version)
+            return
 
     def _install(self, version: int, serving: ServingModel) -> None:
         install_committed(serving, self.versions, version)

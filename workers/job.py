@@ -59,15 +59,10 @@ def requeue_interrupted(settings: Settings, queue: RQQueue) -> list[str]:
     """Queue again every document a dead worker left unfinished (jobs are idempotent: a finished one is skipped)."""
     documents = DocumentStore(settings.data_dir)
     requeued = []
-    for record in documents.pending():
-        attempt = record["attempts"]
+    for record in documents.resumable(settings.job_retries):
         if record["status"] == "queued" and record["job_id"] and queue.has_job(record["job_id"]):
             continue
-        if attempt > settings.job_retries:  # the worker died on it every time: stop trying
-            documents.update(record["document_id"], status="failed",
-                             error=f"the worker stopped during all {attempt} attempts")
-            continue
-        job_id = queue.enqueue(record["document_id"], attempt + 1)
+        job_id = queue.enqueue(record["document_id"], record["attempts"] + 1)
         documents.update(record["document_id"], status="queued", job_id=job_id)
         requeued.append(record["document_id"])
     return requeued

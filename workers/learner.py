@@ -19,7 +19,7 @@ from service.knowledge import methods
 from service.knowledge.probes import ProbeSuites, from_json, to_json
 from service.knowledge.scoring import Probe, accuracy, score_probes
 from service.knowledge.state import KnowledgeState, learned_manifests, resolve
-from service.knowledge.versions import ParentMoved, VersionStore
+from service.knowledge.versions import AlreadyCommitted, ParentMoved, VersionStore
 from service.model.loader import LoadedModel, load_model
 from service.settings import Settings
 from workers import examples as docs
@@ -80,9 +80,15 @@ class Learner:
             for _ in range(MAX_PARENT_RETRIES):
                 try:
                     parent = self.versions.current()
+                    if (held := self.versions.holding(document_id, parent)) is not None:
+                        raise AlreadyCommitted(document_id, held)
                     return self._remove(parent, record) if record.get("removes") else self._learn(parent, record)
                 except ParentMoved as moved:
                     log.warning("document %s: %s; training again", document_id, moved)
+                except AlreadyCommitted as done:  # a retried job whose commit happened: only the record missed it
+                    self._forget_loaded()
+                    self.documents.update(document_id, status="committed", version=done.version)
+                    return "committed"
             raise RuntimeError(f"the current version kept moving during {MAX_PARENT_RETRIES} attempts")
         except Exception as exc:
             self._forget_loaded()  # the methods may hold a half-trained candidate
@@ -131,9 +137,10 @@ class Learner:
 
         replayed = job.method.remove(lineage[position], later, self.versions.load_delta, earlier, relearn)
         job.fields.update(removes=target["document_id"], replayed=replayed)
-        # The target is marked first, so a crash after the commit cannot let it be removed twice.
+        # The target is marked (and its text and probes erased) first, so a crash after the commit cannot let it be
+        # removed twice. The version that learned it keeps its delta and manifest: activating it needs force.
         return self.finish(job, probes=[], on_commit=lambda version: self.documents.update(
-            target["document_id"], removed_in_version=version))
+            target["document_id"], removed_in_version=version, text="", probes=[], auto_probes=[]))
 
     # -- the steps -------------------------------------------------------------------------------
     def prepare(self, parent: int, record: dict[str, Any], name: str, own: list[Probe] = (),

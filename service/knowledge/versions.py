@@ -17,13 +17,22 @@ import torch
 from filelock import FileLock
 from safetensors.torch import load_file, save_file
 
-from service.fileio import fsync_dir, read_json, write_bytes_atomic, write_json_atomic
+from service.fileio import fsync_dir, fsync_file, read_json, write_bytes_atomic, write_json_atomic
 
 MANIFEST_FILE = "manifest.json"
 
 
 class ParentMoved(Exception):
     """The current version changed while a candidate was being trained from the old one."""
+
+
+class AlreadyCommitted(Exception):
+    """A document is committed once: a retried job (a worker killed after the commit, before its record said
+    so; two workers on one document) finds it already in the lineage."""
+
+    def __init__(self, document_id: str, version: int) -> None:
+        super().__init__(f"document {document_id} is already committed in version {version}")
+        self.version = version
 
 
 class UnknownVersion(Exception):
@@ -76,6 +85,10 @@ class VersionStore:
             version = manifest["parent"]
         return chain[::-1]
 
+    def holding(self, document_id: str, version: int) -> int | None:
+        """The version along `version`'s lineage that committed `document_id`, if any."""
+        return next((m["version"] for m in self.lineage(version) if document_id in m["documents"]), None)
+
     def load_delta(self, version: int) -> dict[str, torch.Tensor]:
         manifest = self.manifest(version)
         path = self.root / str(version) / manifest["delta_file"]
@@ -84,30 +97,36 @@ class VersionStore:
         return load_file(str(path))
 
     def commit(self, parent: int, delta: dict[str, torch.Tensor], manifest: dict[str, Any], delta_file: str) -> int:
-        """A new version from `parent`: the delta in `delta_file` (the method's file name), hashed in the manifest."""
+        """A new version from `parent`: the delta in `delta_file` (the method's file name), hashed in the manifest,
+        every file synced before the folder is renamed into place (a power cut never leaves CURRENT naming a
+        truncated delta)."""
         with self.lock:
             if self.current() != parent:
                 raise ParentMoved(f"trained from version {parent}, but version {self.current()} is now current")
+            for document_id in manifest["documents"]:
+                if (held := self.holding(document_id, parent)) is not None:
+                    raise AlreadyCommitted(document_id, held)
             version = self.versions()[-1] + 1
             tmp = self.root / f".tmp-{version}"
             if tmp.exists():
                 shutil.rmtree(tmp)
             tmp.mkdir()
             save_file({k: v.contiguous() for k, v in delta.items()}, str(tmp / delta_file))
+            fsync_file(tmp / delta_file)
             full = {**manifest, "version": version, "parent": parent, "created_at": time.time(),
                     "delta_file": delta_file, "delta_sha256": sha256_file(tmp / delta_file),
                     "delta_bytes": (tmp / delta_file).stat().st_size}
-            write_json_atomic(tmp / MANIFEST_FILE, full)
+            write_json_atomic(tmp / MANIFEST_FILE, full)  # synced, and its folder too
             tmp.rename(self.root / str(version))
             fsync_dir(self.root)
             self._move_pointer(version, "commit")
             return version
 
-    def activate(self, version: int) -> None:
+    def activate(self, version: int, why: str = "activate") -> None:
         with self.lock:
             if not self.exists(version):
                 raise UnknownVersion(f"version {version} does not exist")
-            self._move_pointer(version, "activate")
+            self._move_pointer(version, why)
 
     def events(self) -> list[dict[str, Any]]:
         return read_json(self._events, [])

@@ -1,0 +1,47 @@
+"""Faults on the tiny model: a commit whose record update was lost, a truncated delta, a document the
+embedded worker died on at every attempt. Each fault is made by editing the data folder as the crash
+would have left it (a kill at that exact point cannot be timed from a test)."""
+import pytest
+
+from service.documents import DocumentStore
+from service.knowledge.versions import AlreadyCommitted
+from tests.api_app import tiny_client, tiny_settings
+from tests.test_learner import FACT, submit
+from tests.tiny import tiny_loaded
+from workers.learner import Learner
+
+
+def test_a_document_is_committed_once_even_when_its_record_missed_the_commit(tmp_path):
+    learner = Learner(tiny_settings(tmp_path), loaded=tiny_loaded())
+    doc = submit(learner)
+    assert learner.learn(doc) == "committed"
+    learner.documents.update(doc, status="training", version=None)  # killed after the commit, before the record
+    assert learner.learn(doc) == "committed"
+    assert learner.documents.get(doc)["version"] == 1 and learner.versions.versions() == [0, 1]
+    with pytest.raises(AlreadyCommitted):
+        learner.versions.commit(1, {}, {"documents": [doc]}, "adapter.safetensors")
+
+
+def test_a_truncated_delta_means_serving_the_newest_version_that_verifies(tmp_path):
+    settings = tiny_settings(tmp_path)
+    learner = Learner(settings, loaded=tiny_loaded())
+    first = submit(learner)
+    assert learner.learn(first) == "committed"
+    assert learner.learn(submit(learner, {**FACT, "text": FACT["text"] + "."})) == "committed"
+    delta = tmp_path / "versions" / "2" / "adapter.safetensors"
+    delta.write_bytes(delta.read_bytes()[:100])  # a power cut: the name is there, the bytes are not
+    with tiny_client(settings) as client:
+        ready = client.get("/ready").json()
+        assert ready["knowledge_version"] == 1 and ready["fallback"]["from"] == 2 and ready["fallback"]["to"] == 1
+        assert "hash" in ready["fallback"]["reason"]
+        assert client.get("/versions").json()["current"] == 1
+
+
+def test_the_embedded_worker_gives_up_on_a_document_it_died_on_at_every_attempt(tmp_path):
+    settings = tiny_settings(tmp_path, job_retries=1)
+    documents = DocumentStore(tmp_path)
+    record, _ = documents.create(FACT, None)
+    documents.update(record["document_id"], status="training", attempts=2)  # the process died twice in it
+    with tiny_client(settings) as client:
+        record = client.get(f"/documents/{record['document_id']}").json()
+        assert record["status"] == "failed" and "all 2 attempts" in record["error"]
