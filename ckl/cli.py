@@ -51,16 +51,15 @@ def cmd_keys(args: argparse.Namespace) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    import logging
-
     import uvicorn
 
+    from service import logs
     from service.app import create_app
     from service.runtime import Runtime
     from workers import job
 
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     settings = settings_from(args)
+    logs.configure(settings.log_format)
     if refusal := binding_refusal(settings):
         sys.exit(f"ckl serve: {refusal}")
     if not settings.api_keys:
@@ -70,16 +69,16 @@ def cmd_serve(args: argparse.Namespace) -> None:
     print(f"ckl-serve on http://{settings.host}:{settings.port}  data: {settings.data_dir}  model: {settings.model}  "
           f"learning: {mode}", flush=True)
     runtime = Runtime.create(settings, job.learn_document)  # both queues run (or name) the same job function
-    uvicorn.run(create_app(runtime), host=settings.host, port=settings.port, log_level="warning")
+    # log_config=None: uvicorn's own messages go through the handler logs.configure installed.
+    uvicorn.run(create_app(runtime), host=settings.host, port=settings.port, log_level="warning", log_config=None)
 
 
 def cmd_worker(args: argparse.Namespace) -> None:
-    import logging
-
+    from service import logs
     from workers.job import run_worker
 
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     settings = settings_from(args)
+    logs.configure(settings.log_format)
     if not settings.redis_url:
         sys.exit("ckl worker needs Redis: set CKL_REDIS_URL or pass --redis-url")
     print(f"ckl worker: loading the model, then taking jobs from {settings.redis_url}", flush=True)

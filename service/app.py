@@ -1,17 +1,20 @@
 """The HTTP API: routes that read like the contract in the README."""
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service import forgetting
 from service.auth import LOOPBACK_HOSTS, Caller, find_caller, is_loopback
+from service.metrics import Metrics
 from service.middleware import RequestGuard
 from service.knowledge import methods
 from service.documents import IdempotencyConflict, UnknownDocument
@@ -74,6 +77,23 @@ def create_app(runtime: Runtime) -> FastAPI:
     app = FastAPI(title="ckl-serve", version="0.1.0", lifespan=lifespan)
     app.state.runtime = runtime
     install_error_handlers(app)
+    metrics = Metrics(runtime)
+    access = logging.getLogger("ckl.access")
+
+    @app.middleware("http")
+    async def measure(request: Request, call_next):
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = getattr(request.scope.get("route"), "path", "unmatched")  # the template: bounded label values
+        seconds = time.perf_counter() - started
+        metrics.request(route, request.method, response.status_code, seconds)
+        if settings.access_log:
+            access.info("%s %s %d %.1f ms", request.method, route, response.status_code, 1000 * seconds,
+                        extra={"fields": {"method": request.method, "route": route, "status": response.status_code,
+                                          "ms": round(1000 * seconds, 1)}})
+        return response
+
+    # Added last, so outermost: the guard sees every request first.
     app.add_middleware(RequestGuard, max_body_bytes=settings.max_body_bytes, allowed_hosts=allowed_hosts(settings))
 
     def needs(scope: str):
@@ -127,7 +147,9 @@ def create_app(runtime: Runtime) -> FastAPI:
         if len(ids) > settings.max_prompt_tokens:
             raise field_error("prompt", "max_tokens", f"{len(ids)} tokens, more than {settings.max_prompt_tokens}")
         params = SamplingParams(req.max_new_tokens, req.temperature, req.top_p, tuple(req.stop), req.seed)
-        return GenerateResponse(**vars(generate(model, ids, params)))
+        result = generate(model, ids, params)
+        metrics.generation(result.timing["first_token_s"], result.completion_tokens)
+        return GenerateResponse(**vars(result))
 
     @app.post("/documents", status_code=202, response_model=DocumentAccepted)
     def post_document(req: DocumentRequest, caller: Caller = Depends(needs("teach"))) -> DocumentAccepted:
@@ -222,6 +244,10 @@ def create_app(runtime: Runtime) -> FastAPI:
             raise ApiError(404, "not_found", str(exc)) from exc
         runtime.notify()
         return {"current": version}
+
+    @app.get("/metrics", dependencies=[Depends(needs("admin"))])
+    def prometheus_metrics() -> Response:
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/health/forgetting", dependencies=[Depends(needs("admin"))])
     def health_forgetting() -> dict[str, Any]:

@@ -9,6 +9,8 @@ import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service import logs
+
 REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
@@ -63,6 +65,7 @@ class RequestGuard:
         given = _header(scope, b"x-request-id")
         request_id = given if given and REQUEST_ID.match(given) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
+        logs.request_id.set(request_id)
         if self.allowed_hosts is not None and host_name(_header(scope, b"host") or "") not in self.allowed_hosts:
             return await _error(send, 400, "host_not_allowed", "this server does not answer to that Host header",
                                 request_id)

@@ -58,17 +58,48 @@ class InProcessQueue:
         self._items.put(None)
 
 
+def dotted_name(fn: Callable) -> str:
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
+def only_jobs(*allowed: str) -> type:
+    """An RQ job class that runs only the named functions and no callbacks: whoever can write to Redis cannot make
+    the worker import and call anything else (the JSON serializer already keeps pickle out)."""
+    from rq.job import Job as RQJob
+
+    def no_callback(name_attribute: str) -> property:
+        def get(job: RQJob) -> None:
+            if getattr(job, name_attribute, None):
+                raise PermissionError("refused a job callback: this worker runs none")
+        return property(get)
+
+    class ProjectJob(RQJob):
+        success_callback = no_callback("_success_callback_name")
+        failure_callback = no_callback("_failure_callback_name")
+        stopped_callback = no_callback("_stopped_callback_name")
+
+        @property
+        def func(self):
+            if self.instance is not None or self.func_name not in allowed:
+                raise PermissionError(f"refused job function {self.func_name!r}: this worker runs only {allowed}")
+            return super().func
+
+    return ProjectJob
+
+
 class RQQueue:
-    """Jobs in Redis: `job` must be a module-level function, which RQ records by its dotted name and a worker
-    process imports."""
+    """Jobs in Redis as JSON: `job` must be a module-level function, which RQ records by its dotted name and a
+    worker process imports (only that one: `job_class`)."""
 
     def __init__(self, job: Job, redis_url: str, name: str, timeout_s: int, retries: int) -> None:
         from redis import Redis
         from rq import Queue
+        from rq.serializers import JSONSerializer
 
         self._job = job
         self.redis = Redis.from_url(redis_url)
-        self.rq_queue = Queue(name, connection=self.redis)
+        self.job_class = only_jobs(dotted_name(job))
+        self.rq_queue = Queue(name, connection=self.redis, serializer=JSONSerializer, job_class=self.job_class)
         self._timeout_s = timeout_s
         self._retries = retries
 

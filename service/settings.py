@@ -35,6 +35,8 @@ class Settings(BaseSettings):
     # Host headers accepted; empty: loopback names when open and loopback-bound, any otherwise.
     allowed_hosts: list[str] = Field(default_factory=list)
     max_body_bytes: int = Field(1_048_576, gt=0)
+    log_format: Literal["text", "json"] = "text"
+    access_log: bool = False  # one line per request (method, route, status, milliseconds, request id)
 
     max_prompt_tokens: int = Field(2048, gt=0)
     max_new_tokens_cap: int = Field(512, gt=0)

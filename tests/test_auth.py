@@ -109,3 +109,33 @@ def test_the_server_refuses_to_listen_beyond_loopback_with_no_keys(tmp_path):
     assert binding_refusal(tiny_settings(tmp_path, host="0.0.0.0", allow_unauthenticated=True)) is None
     key = KeyConfig(name="k", sha256=hash_key("k"), scopes=["generate"])
     assert binding_refusal(tiny_settings(tmp_path, host="0.0.0.0", api_keys=[key])) is None
+
+
+def test_metrics_count_requests_tokens_and_documents(keyed):
+    keyed.post("/generate", json={"prompt": "hi", "max_new_tokens": 2}, headers=auth("asker"))
+    keyed.post("/documents", json=FACT, headers=auth("teacher"))
+    keyed.get("/documents/unknown-id", headers=auth("root"))
+    text = keyed.get("/metrics", headers=auth("root")).text
+    assert 'ckl_requests_total{method="POST",route="/generate",status="200"} 1.0' in text
+    assert 'ckl_requests_total{method="GET",route="/documents/{document_id}",status="404"} 1.0' in text
+    assert "ckl_generated_tokens_total 2.0" in text and "ckl_generate_first_token_seconds_count 1.0" in text
+    assert "ckl_knowledge_version" in text and "ckl_nf_accuracy 1.0" in text
+    assert 'ckl_documents{status=' in text and "ckl_job_gate_seconds_count" in text
+
+
+def test_access_lines_and_json_logs_carry_the_request_id(tmp_path, caplog):
+    import json
+    import logging
+
+    from service import logs
+
+    with tiny_client(tiny_settings(tmp_path, access_log=True)) as client, caplog.at_level(logging.INFO, "ckl.access"):
+        client.get("/health", headers={"X-Request-ID": "req-7"})
+    (line,) = [r for r in caplog.records if r.name == "ckl.access"]
+    assert line.fields == {"method": "GET", "route": "/health", "status": 200, "ms": line.fields["ms"]}
+    token = logs.request_id.set("req-8")
+    try:
+        entry = json.loads(logs.JsonFormatter().format(logging.LogRecord("x", logging.WARNING, "", 0, "hello", (), None)))
+    finally:
+        logs.request_id.reset(token)
+    assert entry["message"] == "hello" and entry["request_id"] == "req-8" and entry["level"] == "warning"

@@ -75,6 +75,7 @@ def run_worker(settings: Settings, burst: bool = False) -> None:
     SimpleWorker runs jobs in the worker process itself, so the model stays loaded.
     """
     from rq import SimpleWorker
+    from rq.serializers import JSONSerializer
 
     assert settings.redis_url, "ckl worker needs CKL_REDIS_URL"
     queue = RQQueue(learn_document, settings.redis_url, settings.queue_name, settings.job_timeout_s,
@@ -83,4 +84,5 @@ def run_worker(settings: Settings, burst: bool = False) -> None:
     process_learner()
     for document_id in requeue_interrupted(settings, queue):
         log.warning("re-queued unfinished document %s", document_id)
-    SimpleWorker([queue.rq_queue], connection=queue.redis).work(burst=burst)
+    SimpleWorker([queue.rq_queue], connection=queue.redis, serializer=JSONSerializer,
+                 job_class=queue.job_class).work(burst=burst)

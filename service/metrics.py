@@ -1,0 +1,66 @@
+"""Prometheus metrics for GET /metrics: requests by route and status and their latency, generation's time to
+first token and tokens, and, read from the data folder at each scrape (the worker may be another process),
+queue depth, documents by status, job and gate durations, the current knowledge version and its NF accuracy."""
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric, SummaryMetricFamily
+from prometheus_client.registry import Collector
+
+from service import forgetting
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+TIMINGS = {"train_s": "ckl_job_train_seconds", "gate_s": "ckl_job_gate_seconds",
+           "score_before_s": "ckl_job_score_before_seconds"}
+
+
+class DataFolderCollector(Collector):
+    """What the documents and versions say now; `runtime` is the API's Runtime."""
+
+    def __init__(self, runtime) -> None:
+        self.runtime = runtime
+
+    def collect(self) -> Iterator[Metric]:
+        records = self.runtime.documents.all()
+        by_status = GaugeMetricFamily("ckl_documents", "Documents by status", labels=["status"])
+        for status, count in sorted(Tally(r["status"] for r in records).items()):
+            by_status.add_metric([status], count)
+        yield by_status
+        yield GaugeMetricFamily("ckl_queue_depth", "Documents queued or in training",
+                                value=sum(r["status"] in ("queued", "training", "evaluating") for r in records))
+        for key, name in TIMINGS.items():
+            values = [r["timings"][key] for r in records if key in (r.get("timings") or {})]
+            yield SummaryMetricFamily(name, f"Seconds per finished job ({key})", count_value=len(values),
+                                      sum_value=sum(values))
+        versions = self.runtime.versions
+        current = versions.current()
+        yield GaugeMetricFamily("ckl_knowledge_version", "The current knowledge version", value=current)
+        nf = forgetting.version_row(versions.manifest(current))["nf_acc"]
+        if nf is not None:
+            yield GaugeMetricFamily("ckl_nf_accuracy", "NF-suite accuracy of the current version", value=nf)
+
+
+class Metrics:
+    def __init__(self, runtime) -> None:
+        self.registry = CollectorRegistry()  # one per app: tests build many apps in one process
+        self.requests = Counter("ckl_requests", "HTTP requests", ["route", "method", "status"], registry=self.registry)
+        self.latency = Histogram("ckl_request_seconds", "Request latency", ["route"], buckets=LATENCY_BUCKETS,
+                                 registry=self.registry)
+        self.first_token = Histogram("ckl_generate_first_token_seconds", "Time to the first generated token",
+                                     buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.tokens = Counter("ckl_generated_tokens", "Tokens generated", registry=self.registry)
+        self.registry.register(DataFolderCollector(runtime))
+
+    def request(self, route: str, method: str, status: int, seconds: float) -> None:
+        self.requests.labels(route, method, str(status)).inc()
+        self.latency.labels(route).observe(seconds)
+
+    def generation(self, first_token_s: float, tokens: int) -> None:
+        self.first_token.observe(first_token_s)
+        self.tokens.inc(tokens)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
