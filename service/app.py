@@ -18,7 +18,7 @@ from service.metrics import Metrics
 from service.middleware import RequestGuard
 from service.knowledge import methods
 from service.documents import IdempotencyConflict, UnknownDocument
-from service.knowledge.probes import to_json
+from service.knowledge.probes import TooManyProbes, to_json
 from service.knowledge.scoring import Probe
 from service.knowledge.versions import UnknownVersion
 from service.model.generation import SamplingParams, generate
@@ -109,6 +109,12 @@ def create_app(runtime: Runtime) -> FastAPI:
         check.scope = scope  # read by the test that walks every route
         return check
 
+    generations = threading.BoundedSemaphore(settings.max_concurrent_generations)
+
+    def busy(message: str, retry_after_s: int) -> ApiError:
+        return ApiError(429, "too_many_requests", f"{message}; try again later",
+                        headers={"Retry-After": str(retry_after_s)})
+
     def owned(document_id: str, caller: Caller) -> dict[str, Any]:
         """A document the caller may see: another key's document is as unknown as one that does not exist."""
         try:
@@ -147,7 +153,12 @@ def create_app(runtime: Runtime) -> FastAPI:
         if len(ids) > settings.max_prompt_tokens:
             raise field_error("prompt", "max_tokens", f"{len(ids)} tokens, more than {settings.max_prompt_tokens}")
         params = SamplingParams(req.max_new_tokens, req.temperature, req.top_p, tuple(req.stop), req.seed)
-        result = generate(model, ids, params)
+        if not generations.acquire(blocking=False):
+            raise busy(f"{settings.max_concurrent_generations} generations are running", retry_after_s=1)
+        try:
+            result = generate(model, ids, params)
+        finally:
+            generations.release()
         metrics.generation(result.timing["first_token_s"], result.completion_tokens)
         return GenerateResponse(**vars(result))
 
@@ -162,6 +173,11 @@ def create_app(runtime: Runtime) -> FastAPI:
             raise field_error("weighting", "needs_answers_in_text",
                               "oracle weighting needs probes whose answer occurs in the text")
         serving()  # refuse before storing anything while no queue exists yet
+        pending = runtime.documents.pending()
+        if len(pending) >= settings.max_queued_documents:
+            raise busy(f"{len(pending)} documents are waiting to be learned", retry_after_s=30)
+        if caller.name and sum(r.get("owner") == caller.name for r in pending) >= settings.max_queued_per_key:
+            raise busy(f"this key has {settings.max_queued_per_key} documents waiting", retry_after_s=30)
         body = {**req.model_dump(exclude={"idempotency_key"}), "weighting": weighting,
                 "method": req.method or settings.method, "owner": caller.name}
         try:
@@ -218,8 +234,16 @@ def create_app(runtime: Runtime) -> FastAPI:
 
     @app.post("/probes", status_code=201, dependencies=[Depends(needs("admin"))])
     def add_probes(req: ProbesRequest) -> dict[str, Any]:
-        merged = runtime.suites.add_must_keep([Probe(p.prompt, p.answer) for p in req.probes])
+        try:
+            merged = runtime.suites.add_must_keep([Probe(p.prompt, p.answer) for p in req.probes],
+                                                  settings.max_must_keep_probes)
+        except TooManyProbes as exc:
+            raise field_error("probes", "max_items", str(exc)) from exc
         return {"must_keep": to_json(merged)}
+
+    @app.delete("/probes", dependencies=[Depends(needs("admin"))])
+    def remove_probes(req: ProbesRequest) -> dict[str, Any]:
+        return {"must_keep": to_json(runtime.suites.remove_must_keep([Probe(p.prompt, p.answer) for p in req.probes]))}
 
     @app.get("/probes", dependencies=[Depends(needs("admin"))])
     def list_probes() -> dict[str, Any]:

@@ -35,6 +35,11 @@ class Settings(BaseSettings):
     # Host headers accepted; empty: loopback names when open and loopback-bound, any otherwise.
     allowed_hosts: list[str] = Field(default_factory=list)
     max_body_bytes: int = Field(1_048_576, gt=0)
+    # Admission: past these, 429 with Retry-After.
+    max_concurrent_generations: int = Field(16, gt=0)
+    max_queued_documents: int = Field(1000, gt=0)  # queued or training, all keys together
+    max_queued_per_key: int = Field(100, gt=0)
+    max_must_keep_probes: int = Field(1000, gt=0)  # every job scores them all: a cap keeps jobs bounded
     log_format: Literal["text", "json"] = "text"
     access_log: bool = False  # one line per request (method, route, status, milliseconds, request id)
 

@@ -139,3 +139,34 @@ def test_access_lines_and_json_logs_carry_the_request_id(tmp_path, caplog):
     finally:
         logs.request_id.reset(token)
     assert entry["message"] == "hello" and entry["request_id"] == "req-8" and entry["level"] == "warning"
+
+
+def test_queued_documents_and_must_keep_probes_are_capped(tmp_path):
+    """The job function is a stand-in for a slow worker: it waits until the test lets it go."""
+    import threading
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+    from service.runtime import Runtime
+    from tests.tiny import tiny_loaded
+
+    release = threading.Event()
+    settings = tiny_settings(tmp_path, max_queued_documents=1, max_must_keep_probes=2)
+    runtime = Runtime.create(settings, run_job=lambda doc_id: release.wait(30), load=tiny_loaded)
+    with TestClient(create_app(runtime), base_url="http://127.0.0.1") as client:
+        while client.get("/ready").status_code != 200:
+            time.sleep(0.05)
+        assert client.post("/documents", json=FACT).status_code == 202
+        r = client.post("/documents", json={**FACT, "text": "marnhold, another fact"})
+        assert r.status_code == 429 and r.headers["retry-after"] == "30"
+        assert client.get("/documents").json()["total"] == 1  # the refused one stored nothing
+        release.set()
+        probes = [{"prompt": f"p{i}", "answer": "a"} for i in range(3)]
+        assert client.post("/probes", json={"probes": probes[:2]}).status_code == 201
+        r = client.post("/probes", json={"probes": probes[2:]})
+        assert r.status_code == 422 and "cap of 2" in r.json()["error"]["message"]
+        r = client.request("DELETE", "/probes", json={"probes": probes[:1]})
+        assert r.json()["must_keep"] == probes[1:2]
+        assert client.post("/probes", json={"probes": probes[2:]}).status_code == 201

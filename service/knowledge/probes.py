@@ -58,6 +58,10 @@ def from_json(rows: list[dict[str, Any]]) -> list[Probe]:
     return [Probe(r["prompt"], r["answer"]) for r in rows]
 
 
+class TooManyProbes(ValueError):
+    pass
+
+
 class ProbeSuites:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -91,9 +95,21 @@ class ProbeSuites:
     def must_keep(self) -> list[Probe]:
         return from_json(read_json(self._must_keep, []))
 
-    def add_must_keep(self, probes: list[Probe]) -> list[Probe]:
+    def add_must_keep(self, probes: list[Probe], cap: int) -> list[Probe]:
+        """The must-keep list with `probes` added (once each); TooManyProbes past `cap`, and nothing written."""
         with self._lock:
             merged = self.must_keep()
-            merged += [p for p in probes if p not in merged]
+            seen = set(merged)  # a set: adding n probes to m is O(n + m), not O(n * m)
+            merged += [p for p in dict.fromkeys(probes) if p not in seen]
+            if len(merged) > cap:
+                raise TooManyProbes(f"{len(merged)} must-keep probes would be more than the cap of {cap}; "
+                                    "remove some first (DELETE /probes)")
             write_json_atomic(self._must_keep, to_json(merged))
             return merged
+
+    def remove_must_keep(self, probes: list[Probe]) -> list[Probe]:
+        with self._lock:
+            gone = set(probes)
+            kept = [p for p in self.must_keep() if p not in gone]
+            write_json_atomic(self._must_keep, to_json(kept))
+            return kept
