@@ -8,60 +8,25 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI, Query, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service import forgetting
+from service import forgetting, openai_api
+from service.answers import Answers
 from service.auth import LOOPBACK_HOSTS, Caller, find_caller, is_loopback
-from service.metrics import Metrics
-from service.middleware import RequestGuard
-from service.knowledge import methods
 from service.documents import IdempotencyConflict, UnknownDocument
+from service.errors import ApiError, busy, error_body, field_error, install_error_handlers
+from service.knowledge import methods
 from service.knowledge.probes import TooManyProbes, to_json
 from service.knowledge.scoring import Probe
-from service.knowledge.versions import UnknownVersion
-from service.model.generation import SamplingParams, generate
-from service.runtime import Runtime
 from service.knowledge.state import learned_manifests
-from service.schemas import (ActivateRequest, DocumentAccepted, DocumentRequest, GenerateRequest, GenerateResponse,
-                             ProbesRequest, DOCUMENT_ID)
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str, fields: list[dict[str, str]] | None = None,
-                 headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.fields = status, code, message, fields or []
-        self.headers = headers
-
-
-def field_error(field: str, rule: str, message: str) -> ApiError:
-    return ApiError(422, "invalid_request", f"{field}: {message}", [{"field": field, "rule": rule, "message": message}])
-
-
-def error_body(code: str, message: str, fields: list[dict[str, str]] | None = None) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "fields": fields or []}}
-
-
-def install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(ApiError)
-    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(error_body(exc.code, exc.message, exc.fields), status_code=exc.status, headers=exc.headers)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        fields = [
-            {"field": "body" if e["type"] == "json_invalid" else ".".join(str(p) for p in e["loc"] if p != "body") or "body",
-             "rule": e["type"], "message": e["msg"]}
-            for e in exc.errors()
-        ]
-        message = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
-        return JSONResponse(error_body("invalid_request", message, fields), status_code=422)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse(error_body("http_error", str(exc.detail)), status_code=exc.status_code)
+from service.knowledge.versions import UnknownVersion
+from service.metrics import Metrics
+from service.middleware import RequestGuard
+from service.model.generation import Generation, SamplingParams
+from service.runtime import Runtime
+from service.schemas import (DOCUMENT_ID, ActivateRequest, DocumentAccepted, DocumentRequest, GenerateRequest,
+                             GenerateResponse, ProbesRequest)
+from service.sse import event_stream
 
 
 def create_app(runtime: Runtime) -> FastAPI:
@@ -109,11 +74,8 @@ def create_app(runtime: Runtime) -> FastAPI:
         check.scope = scope  # read by the test that walks every route
         return check
 
-    generations = threading.BoundedSemaphore(settings.max_concurrent_generations)
-
-    def busy(message: str, retry_after_s: int) -> ApiError:
-        return ApiError(429, "too_many_requests", f"{message}; try again later",
-                        headers={"Retry-After": str(retry_after_s)})
+    answers = Answers(runtime, metrics)
+    serving = answers.serving
 
     def owned(document_id: str, caller: Caller) -> dict[str, Any]:
         """A document the caller may see: another key's document is as unknown as one that does not exist."""
@@ -125,42 +87,36 @@ def create_app(runtime: Runtime) -> FastAPI:
             raise ApiError(404, "not_found", f"no document {document_id}")
         return record
 
-    def serving():
-        if runtime.serving is None:
-            raise ApiError(503, "not_ready", runtime.error or "the model is still loading; GET /ready says when")
-        return runtime.serving
-
+    # async: answered on the event loop, never queued behind generations in the thread pool.
     @app.get("/health")
-    def health() -> dict[str, str]:
+    async def health() -> dict[str, str]:
         return {"status": "ok"}
 
     @app.get("/ready")
-    def ready() -> JSONResponse:
+    async def ready() -> JSONResponse:
         if runtime.serving is None:
             body = error_body("not_ready", runtime.error or "loading the model")
             return JSONResponse(body, status_code=503)
         body = {"ready": True, "model": settings.model, "knowledge_version": runtime.serving.current}
         return JSONResponse({**body, "fallback": runtime.fallback} if runtime.fallback else body)
 
-    @app.post("/generate", response_model=GenerateResponse, dependencies=[Depends(needs("generate"))])
-    def generate_text(req: GenerateRequest) -> GenerateResponse:
-        if len(req.prompt) > settings.max_prompt_chars:
-            raise field_error("prompt", "max_chars", f"longer than {settings.max_prompt_chars} characters")
-        if req.max_new_tokens > settings.max_new_tokens_cap:
-            raise field_error("max_new_tokens", "less_than_equal", f"must be <= {settings.max_new_tokens_cap}")
-        model = serving()
-        ids = model.tokenizer(req.prompt)["input_ids"]
-        if len(ids) > settings.max_prompt_tokens:
-            raise field_error("prompt", "max_tokens", f"{len(ids)} tokens, more than {settings.max_prompt_tokens}")
+    @app.post("/generate", response_model=GenerateResponse, dependencies=[Depends(needs("generate"))],
+              responses={200: {"content": {"text/event-stream": {}}}})
+    def generate_text(req: GenerateRequest) -> Any:
+        ids = answers.prompt_ids(req.prompt, req.max_new_tokens)
         params = SamplingParams(req.max_new_tokens, req.temperature, req.top_p, tuple(req.stop), req.seed)
-        if not generations.acquire(blocking=False):
-            raise busy(f"{settings.max_concurrent_generations} generations are running", retry_after_s=1)
-        try:
-            result = generate(model, ids, params)
-        finally:
-            generations.release()
-        metrics.generation(result.timing["first_token_s"], result.completion_tokens)
-        return GenerateResponse(**vars(result))
+        pieces = answers.stream(ids, params)
+        if not req.stream:
+            *_, result = pieces
+            return GenerateResponse(**vars(result))
+
+        def events():
+            for item in pieces:
+                if isinstance(item, Generation):  # the last event: what a whole answer says, but the text
+                    yield {"done": True, **{k: v for k, v in vars(item).items() if k != "text"}}
+                else:
+                    yield {"text": item}
+        return event_stream(events())
 
     @app.post("/documents", status_code=202, response_model=DocumentAccepted)
     def post_document(req: DocumentRequest, caller: Caller = Depends(needs("teach"))) -> DocumentAccepted:
@@ -277,6 +233,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     def health_forgetting() -> dict[str, Any]:
         return forgetting.report(runtime.versions, runtime.suites, runtime.documents)
 
+    openai_api.install(app, runtime, answers, needs)
     return app
 
 

@@ -24,6 +24,12 @@ def not_blank(value: str) -> str:
     return value
 
 
+def greedy_or_stable(value: float) -> float:
+    if 0 < value < MIN_TEMPERATURE:
+        raise ValueError(f"must be 0 (greedy) or at least {MIN_TEMPERATURE}")
+    return value
+
+
 class GenerateRequest(Strict):
     prompt: str = Field(min_length=1)
     max_new_tokens: int = Field(64, gt=0)
@@ -31,15 +37,10 @@ class GenerateRequest(Strict):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     stop: list[str] = Field(default_factory=list, max_length=8)
     seed: int | None = Field(None, ge=0, lt=2**63)  # torch's generator takes a signed 64-bit seed
+    stream: bool = False  # Server-Sent Events: {"text"} pieces, then {"done": true, usage, knowledge_version}
 
     _prompt = field_validator("prompt")(not_blank)
-
-    @field_validator("temperature")
-    @classmethod
-    def _greedy_or_stable(cls, value: float) -> float:
-        if 0 < value < MIN_TEMPERATURE:
-            raise ValueError(f"must be 0 (greedy) or at least {MIN_TEMPERATURE}")
-        return value
+    _temperature = field_validator("temperature")(greedy_or_stable)
 
 
 class GenerateResponse(BaseModel):

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
 
+from service.knowledge.state import KnowledgeState
 from service.model.serving import ServingModel
 
 
@@ -55,15 +57,27 @@ def eos_ids(serving: ServingModel) -> set[int]:
     return {i for i in ids if i is not None}
 
 
-def generate(serving: ServingModel, prompt_ids: list[int], params: SamplingParams) -> Generation:
+def held_back(text: str, stop: tuple[str, ...]) -> int:
+    """How many characters at the end of `text` a stream must not send yet: the start of a stop string may be
+    there, or half of a character whose bytes span two tokens."""
+    if text.endswith("\ufffd"):
+        return len(text)
+    return min(len(text), max((len(s) - 1 for s in stop if s), default=0))
+
+
+def stream(serving: ServingModel, prompt_ids: list[int], params: SamplingParams, version: int | None = None,
+           state: KnowledgeState | None = None) -> Iterator[str | Generation]:
+    """Decode token by token: yields the answer's text in pieces as they become final, then the Generation.
+    `version` pins a committed version (its `state` loaded if the server does not hold it); None: the current
+    one. A consumer that stops iterating stops the decoding at the next token."""
     started = time.perf_counter()
     generator = None
     if params.seed is not None:
         generator = torch.Generator().manual_seed(params.seed)
     stops = eos_ids(serving)
     completion: list[int] = []
-    text, finish_reason = "", "length"
-    with serving.pinned() as version:
+    text, sent, finish_reason = "", 0, "length"
+    with serving.pinned(version, state) as version:
         # The route is decided on the whole prompt and held for every token of the answer.
         routes = serving.routes(version, serving.tokenizer.decode(prompt_ids, skip_special_tokens=True))
         step_input = torch.tensor([prompt_ids], device=serving.device)
@@ -87,9 +101,14 @@ def generate(serving: ServingModel, prompt_ids: list[int], params: SamplingParam
             if stopped:
                 finish_reason = "stop"
                 break
+            if (final := len(text) - held_back(text, params.stop)) > sent:
+                yield text[sent:final]
+                sent = final
             step_input = torch.tensor([[token]], device=serving.device)
+    if len(text) > sent:
+        yield text[sent:]
     total = time.perf_counter() - started
-    return Generation(
+    yield Generation(
         text=text,
         prompt_tokens=len(prompt_ids),
         completion_tokens=len(completion),
@@ -98,3 +117,10 @@ def generate(serving: ServingModel, prompt_ids: list[int], params: SamplingParam
         timing={"first_token_s": round(first_token_s, 4), "total_s": round(total, 4),
                 "tokens_per_s": round(len(completion) / total, 2) if total > 0 else 0.0},
     )
+
+
+def generate(serving: ServingModel, prompt_ids: list[int], params: SamplingParams, version: int | None = None,
+             state: KnowledgeState | None = None) -> Generation:
+    """The whole answer at once: the last item of `stream`."""
+    *_, result = stream(serving, prompt_ids, params, version, state)
+    return result

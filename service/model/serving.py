@@ -53,6 +53,9 @@ class ServingModel:
             self.current = version
             self._drop_unused()
 
+    def holds(self, version: int) -> bool:
+        return version in self._loaded
+
     def _drop_unused(self) -> None:
         for version in list(self._loaded):
             if version not in (0, self.current) and self._pins[version] == 0:
@@ -61,9 +64,17 @@ class ServingModel:
                 self._loaded.discard(version)
 
     @contextmanager
-    def pinned(self) -> Iterator[int]:
+    def pinned(self, version: int | None = None, state: KnowledgeState | None = None) -> Iterator[int]:
+        """Hold a version for one request: the current one, or `version`, added from `state` if not held (an
+        older version asked for by name; dropped again once no request pins it)."""
         with self._lock:
-            version = self.current
+            version = self.current if version is None else version
+            if version not in self._loaded:
+                if state is None:
+                    raise KeyError(f"version {version} is not loaded and no state was given")
+                for name, method in self.methods.items():
+                    method.add(version, state.get(name))
+                self._loaded.add(version)
             self._pins[version] += 1
         try:
             yield version

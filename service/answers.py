@@ -1,0 +1,64 @@
+"""Every generation the API runs goes through here, whichever route asked: the prompt's limits, the version
+asked for, the cap on generations running at once, and the metrics."""
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+from service.errors import ApiError, busy, field_error
+from service.knowledge.state import resolve
+from service.metrics import Metrics
+from service.model.generation import Generation, SamplingParams, stream
+from service.runtime import Runtime
+
+
+class Answers:
+    def __init__(self, runtime: Runtime, metrics: Metrics) -> None:
+        self.runtime = runtime
+        self.settings = runtime.settings
+        self.metrics = metrics
+        self._running = threading.BoundedSemaphore(self.settings.max_concurrent_generations)
+
+    def serving(self):
+        if self.runtime.serving is None:
+            raise ApiError(503, "not_ready", self.runtime.error or "the model is still loading; GET /ready says when")
+        return self.runtime.serving
+
+    def prompt_ids(self, prompt: str, max_new_tokens: int, field: str = "prompt",
+                   tokens_field: str = "max_new_tokens") -> list[int]:
+        s = self.settings
+        if len(prompt) > s.max_prompt_chars:
+            raise field_error(field, "max_chars", f"longer than {s.max_prompt_chars} characters")
+        if max_new_tokens > s.max_new_tokens_cap:
+            raise field_error(tokens_field, "less_than_equal", f"must be <= {s.max_new_tokens_cap}")
+        ids = self.serving().tokenizer(prompt)["input_ids"]
+        if len(ids) > s.max_prompt_tokens:
+            raise field_error(field, "max_tokens", f"{len(ids)} tokens, more than {s.max_prompt_tokens}")
+        return ids
+
+    def stream(self, ids: list[int], params: SamplingParams, version: int | None = None) -> Iterator[str | Generation]:
+        """Text pieces, then the Generation. Checked now, before a streamed response has sent anything: 404 for
+        an unknown version, 429 when too many generations run. The slot is freed when the generation ends or
+        its consumer stops (a client that went away); the caller must start iterating."""
+        serving = self.serving()
+        state = None
+        if version is not None and not serving.holds(version):
+            if not self.runtime.versions.exists(version):
+                raise ApiError(404, "model_not_found", f"no knowledge version {version}")
+            state = resolve(self.runtime.versions, version)
+        if not self._running.acquire(blocking=False):
+            raise busy(f"{self.settings.max_concurrent_generations} generations are running", retry_after_s=1)
+
+        def pieces() -> Iterator[str | Generation]:
+            try:
+                for item in stream(serving, ids, params, version, state):
+                    if isinstance(item, Generation):
+                        self.metrics.generation(item.timing["first_token_s"], item.completion_tokens)
+                    yield item
+            finally:
+                self._running.release()
+        return pieces()
+
+    def whole(self, ids: list[int], params: SamplingParams, version: int | None = None) -> Generation:
+        *_, result = self.stream(ids, params, version)
+        return result
