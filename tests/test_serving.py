@@ -92,6 +92,7 @@ def test_greedy_and_nucleus_sampling():
     assert picks == {1}  # p = 0.51, 0.46, 0.03, 0.0002: top_p 0.5 keeps the top token only
     gen = torch.Generator().manual_seed(0)
     assert {sample_token(logits, 1.0, 0.99, gen) for _ in range(200)} == {1, 2, 0}
+    assert sample_token(logits, 1.0, 1e-300, gen) == 1  # rounds to 0 in float32: still the top token
 
 
 def test_stop_strings_cut_at_the_earliest():

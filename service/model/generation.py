@@ -39,6 +39,7 @@ def sample_token(logits: torch.Tensor, temperature: float, top_p: float, generat
         sorted_probs, order = torch.sort(probs, descending=True)
         # Keep the smallest prefix whose mass reaches top_p (the first token is always kept).
         outside = torch.cumsum(sorted_probs, dim=-1) - sorted_probs >= top_p
+        outside[0] = False  # a top_p below float32's smallest value (found by fuzzing) rounds to 0
         sorted_probs[outside] = 0.0
         probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
     return int(torch.multinomial(probs, 1, generator=generator))
