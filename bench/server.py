@@ -21,11 +21,13 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(models_dir: Path, timeout_s: float = 600) -> Iterator[str]:
-    """The URL of a ready server (embedded worker) that uses the converted model in `models_dir`."""
+def running_server(models_dir: Path, timeout_s: float = 600, env: dict[str, str] | None = None) -> Iterator[str]:
+    """The URL of a ready server (embedded worker) that uses the converted model in `models_dir`; `env` adds
+    settings."""
     with tempfile.TemporaryDirectory() as data:
         port = free_port()
-        env = {**os.environ, "CKL_DATA_DIR": data, "CKL_MODEL_CACHE_DIR": str(models_dir), "CKL_PORT": str(port)}
+        env = {**os.environ, **(env or {}), "CKL_DATA_DIR": data, "CKL_MODEL_CACHE_DIR": str(models_dir),
+               "CKL_PORT": str(port)}
         server = subprocess.Popen([sys.executable, "-m", "ckl", "serve"], env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{port}"

@@ -162,7 +162,8 @@ def cmd_bench(args: argparse.Namespace) -> None:
 
     module = {"generate": "bench.generate", "teach": "bench.teach", "lama-ckl": "bench.lama_ckl.cli",
               "ta-costs": "bench.ta_costs", "phi-transfer": "bench.phi_transfer",
-              "phi-crossfit": "bench.phi_crossfit", "make-facts": "bench.make_facts"}[args.bench]
+              "phi-crossfit": "bench.phi_crossfit", "make-facts": "bench.make_facts",
+              "api-overhead": "bench.overhead"}[args.bench]
     import_module(module).main(args.rest)
 
 
@@ -262,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmarks that print numbers")
     p.add_argument("bench", choices=["generate", "teach", "make-facts", "lama-ckl", "ta-costs", "phi-transfer",
-                                   "phi-crossfit"])
+                                   "phi-crossfit", "api-overhead"])
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_bench)
     return parser

@@ -45,3 +45,20 @@ def test_the_embedded_worker_gives_up_on_a_document_it_died_on_at_every_attempt(
     with tiny_client(settings) as client:
         record = client.get(f"/documents/{record['document_id']}").json()
         assert record["status"] == "failed" and "all 2 attempts" in record["error"]
+
+
+def test_two_learners_on_one_data_folder_take_turns_and_commit_each_document_once(tmp_path):
+    """Two workers (threads here, each with its own model) handed the same document at once."""
+    import threading
+
+    settings = tiny_settings(tmp_path)
+    first, second = Learner(settings, loaded=tiny_loaded()), Learner(settings, loaded=tiny_loaded())
+    doc = submit(first)
+    results = []
+    threads = [threading.Thread(target=lambda w=w: results.append(w.learn(doc))) for w in (first, second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == ["committed", "committed"] and first.versions.versions() == [0, 1]
+    assert first.documents.get(doc)["attempts"] == 1  # the second found it finished and did not train

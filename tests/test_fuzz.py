@@ -6,7 +6,7 @@ from hypothesis.errors import Unsatisfiable
 
 from tests.api_app import tiny_client, tiny_settings
 
-EXAMPLES = 25  # per operation and mode: ~17 operations x 2 modes x 25, within a minute on the tiny model
+EXAMPLES = 12  # per operation and mode: 17 operations x 2 modes, about 15 s on the tiny model
 
 
 def test_no_request_from_the_schema_gets_a_5xx_or_a_bare_error(tmp_path, capsys):
@@ -37,4 +37,4 @@ def test_no_request_from_the_schema_gets_a_5xx_or_a_bare_error(tmp_path, capsys)
     statuses = sorted({status for *_, status in cases})
     with capsys.disabled():
         print(f"\nfuzz: {len(cases)} requests over {len(operations)} operations, statuses {statuses}")
-    assert len(cases) > 200 and any(s >= 400 for s in statuses) and any(s < 300 for s in statuses)
+    assert len(cases) > 150 and any(s >= 400 for s in statuses) and any(s < 300 for s in statuses)

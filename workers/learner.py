@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from filelock import FileLock
+
 from service.documents import FINAL, DocumentStore
 from service.knowledge import methods
 from service.knowledge.probes import ProbeSuites, from_json, to_json
@@ -62,6 +64,7 @@ class Learner:
         self.versions = VersionStore(root / "versions")
         self.suites = ProbeSuites(root / "probes")
         self.publish = publish or (lambda version: None)
+        self.lease = FileLock(str(root / "learner.lock"))
         self._train_attention: TrainAttention | None = None
         self._last_scores: dict[Probe, float] = {}
         # What the methods hold now, and the probe scores of that version: a job from the version this learner
@@ -71,7 +74,13 @@ class Learner:
 
     # -- the job ---------------------------------------------------------------------------------
     def learn(self, document_id: str) -> str:
-        """Run the job for one document; returns its final status."""
+        """Run the job for one document; returns its final status. One learner at a time per data folder holds
+        the lease: a second worker waits for it, then finds the document finished or trains from the version
+        the first one committed (training in parallel would only be thrown away when the parent moves)."""
+        with self.lease:
+            return self._learn_once(document_id)
+
+    def _learn_once(self, document_id: str) -> str:
         record = self.documents.get(document_id)
         if record["status"] in FINAL:
             return record["status"]
