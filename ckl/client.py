@@ -59,8 +59,8 @@ def wait_for_document(url: str, document_id: str, show: bool = False, timeout_s:
 
 def status(url: str) -> dict[str, Any]:
     """The current version, retention, and how many documents are in each status."""
-    report = httpx.get(f"{url}/health/forgetting", headers=_headers(), timeout=30).json()
-    docs = httpx.get(f"{url}/documents", params={"limit": 500}, headers=_headers(), timeout=30).json()
+    report = _json(httpx.get(f"{url}/health/forgetting", headers=_headers(), timeout=30), 200)  # admin scope
+    docs = _json(httpx.get(f"{url}/documents", params={"limit": 500}, headers=_headers(), timeout=30), 200)
     counts: dict[str, int] = {}
     for item in docs["items"]:
         counts[item["status"]] = counts.get(item["status"], 0) + 1

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Iterator
 
 from service.errors import ApiError, busy, field_error
-from service.knowledge.state import resolve
+from service.knowledge.state import resolve, restored_by
 from service.metrics import Metrics
 from service.model.generation import Generation, SamplingParams, stream
 from service.runtime import Runtime
@@ -36,29 +36,35 @@ class Answers:
             raise field_error(field, "max_tokens", f"{len(ids)} tokens, more than {s.max_prompt_tokens}")
         return ids
 
+    def version(self, model_version: int | None) -> int | None:
+        """A version asked for by name: it must exist, and an admin's removal must not be undone by asking it."""
+        if model_version is None:
+            return None
+        if not self.runtime.versions.exists(model_version):
+            raise ApiError(404, "model_not_found", f"no knowledge version {model_version}")
+        if restored_by(self.runtime.versions, model_version):
+            raise ApiError(404, "model_not_found", f"version {model_version} holds documents removed since")
+        return model_version
+
     def stream(self, ids: list[int], params: SamplingParams, version: int | None = None) -> Iterator[str | Generation]:
-        """Text pieces, then the Generation. Checked now, before a streamed response has sent anything: 404 for
-        an unknown version, 429 when too many generations run. The slot is freed when the generation ends or
-        its consumer stops (a client that went away); the caller must start iterating."""
+        """Text pieces, then the Generation. Checked now, before a streamed response sends anything: 404 for a
+        version that cannot be asked, 429 when too many generations run. The generator comes back started,
+        so its slot is freed whether it ends, fails, or is closed unfinished (a client that went away)."""
         serving = self.serving()
-        state = None
-        if version is not None and not serving.holds(version):
-            if not self.runtime.versions.exists(version):
-                raise ApiError(404, "model_not_found", f"no knowledge version {version}")
-            state = resolve(self.runtime.versions, version)
+        version = self.version(version)
         if not self._running.acquire(blocking=False):
             raise busy(f"{self.settings.max_concurrent_generations} generations are running", retry_after_s=1)
+        load = (lambda: resolve(self.runtime.versions, version)) if version else None
 
-        def pieces() -> Iterator[str | Generation]:
+        def pieces() -> Iterator[str | Generation | None]:
             try:
-                for item in stream(serving, ids, params, version, state):
+                yield None  # the start: from here on, closing the generator runs the finally
+                for item in stream(serving, ids, params, version, load):
                     if isinstance(item, Generation):
                         self.metrics.generation(item.timing["first_token_s"], item.completion_tokens)
                     yield item
             finally:
                 self._running.release()
-        return pieces()
-
-    def whole(self, ids: list[int], params: SamplingParams, version: int | None = None) -> Generation:
-        *_, result = self.stream(ids, params, version)
-        return result
+        started = pieces()
+        next(started)
+        return started

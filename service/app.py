@@ -18,7 +18,7 @@ from service.errors import ApiError, busy, error_body, field_error, install_erro
 from service.knowledge import methods
 from service.knowledge.probes import TooManyProbes, to_json
 from service.knowledge.scoring import Probe
-from service.knowledge.state import learned_manifests
+from service.knowledge.state import restored_by
 from service.knowledge.versions import UnknownVersion
 from service.metrics import Metrics
 from service.middleware import RequestGuard
@@ -137,7 +137,9 @@ def create_app(runtime: Runtime) -> FastAPI:
         body = {**req.model_dump(exclude={"idempotency_key"}), "weighting": weighting,
                 "method": req.method or settings.method, "owner": caller.name}
         try:
-            record, new = runtime.documents.create(body, req.idempotency_key)
+            # Idempotency keys are each API key's own: one caller can neither reuse nor probe another's.
+            key = f"user:{caller.name or ''}:{req.idempotency_key}" if req.idempotency_key else None
+            record, new = runtime.documents.create(body, key)
         except IdempotencyConflict as exc:
             raise ApiError(409, "idempotency_conflict", str(exc)) from exc
         if new:
@@ -171,7 +173,11 @@ def create_app(runtime: Runtime) -> FastAPI:
         serving()
         body = {"text": "", "probes": [], "method": target["method"], "weighting": "uniform", "removes": document_id,
                 "owner": caller.name}
-        record, new = runtime.documents.create(body, f"remove:{document_id}:{runtime.versions.current()}")
+        try:
+            record, new = runtime.documents.create(
+                body, f"remove:{caller.name or ''}:{document_id}:{runtime.versions.current()}")
+        except IdempotencyConflict as exc:
+            raise ApiError(409, "already_removing", "a removal of this document is already queued") from exc
         if new:
             record = runtime.documents.update(record["document_id"], job_id=runtime.queue.enqueue(record["document_id"], 0))
         return DocumentAccepted(document_id=record["document_id"], job_id=record["job_id"], status=record["status"],
@@ -225,7 +231,7 @@ def create_app(runtime: Runtime) -> FastAPI:
         runtime.notify()
         return {"current": version}
 
-    @app.get("/metrics", dependencies=[Depends(needs("admin"))])
+    @app.get("/metrics", dependencies=[Depends(needs("metrics"))])
     def prometheus_metrics() -> Response:
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
@@ -246,10 +252,3 @@ def allowed_hosts(settings) -> list[str]:
         return list(LOOPBACK_HOSTS)
     return ["*"]
 
-
-def restored_by(versions, version: int) -> list[str]:
-    """Documents that `version` holds and that a removal along the current lineage took out since."""
-    current = versions.lineage(versions.current())
-    removed = {m["removes"] for m in current if m.get("removes")}
-    held = {d for m in learned_manifests(versions, version) for d in m["documents"]} if version else set()
-    return sorted(removed & held)

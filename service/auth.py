@@ -1,7 +1,7 @@
 """Who may do what: API keys with scopes, presented as `Authorization: Bearer <key>`.
 
-Scopes: `generate` (ask), `teach` (post and remove documents, read one's own), `admin` (everything: versions,
-probes, every document). Keys are configured by their SHA-256 (`ckl keys new` makes one), never stored in
+Scopes: `generate` (ask), `teach` (post and remove documents, read one's own), `metrics` (GET /metrics, for a
+scraper), `admin` (everything: versions, probes, every document). Keys are configured by their SHA-256 (`ckl keys new` makes one), never stored in
 clear. With no keys configured every request is allowed, and `ckl serve` then binds loopback only.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
-SCOPES = ("generate", "teach", "admin")
+SCOPES = ("generate", "teach", "metrics", "admin")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
@@ -61,7 +61,7 @@ def find_caller(keys: list[KeyConfig], authorization: str | None) -> Caller | No
     if scheme.lower() != "bearer" or not token:
         return None
     digest = hash_key(token.strip())
-    for key in keys:  # compare every key in constant time, so timing does not tell which prefix matched
+    for key in keys:  # digests compared in constant time: timing tells nothing about a key's characters
         if hmac.compare_digest(digest, key.sha256):
             return Caller(key.name, frozenset(key.scopes))
     return None

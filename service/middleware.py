@@ -11,7 +11,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service import logs
 
-REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -63,7 +63,7 @@ class RequestGuard:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         given = _header(scope, b"x-request-id")
-        request_id = given if given and REQUEST_ID.match(given) else uuid.uuid4().hex
+        request_id = given if given and REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
         logs.request_id.set(request_id)
         if self.allowed_hosts is not None and host_name(_header(scope, b"host") or "") not in self.allowed_hosts:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from service.answers import Answers
 from service.errors import ApiError, field_error
+from service.knowledge.state import restored_by
 from service.model.generation import Generation, SamplingParams
 from service.runtime import Runtime
 from service.schemas import greedy_or_stable
@@ -58,7 +59,16 @@ class CompletionRequest(OpenAIRequest):
 class Message(BaseModel):
     model_config = ConfigDict(extra="ignore")
     role: Literal["system", "user", "assistant"]
-    content: str
+    content: str | list[dict[str, Any]]  # a string, or OpenAI's parts: only {"type": "text", "text": ...}
+
+    @field_validator("content")
+    @classmethod
+    def _text(cls, value: str | list[dict[str, Any]]) -> str:
+        if isinstance(value, str):
+            return value
+        if any(part.get("type") != "text" or not isinstance(part.get("text"), str) for part in value):
+            raise ValueError("only text parts are supported")
+        return "".join(part["text"] for part in value)
 
 
 class ChatRequest(OpenAIRequest):
@@ -90,7 +100,8 @@ def usage(result: Generation) -> dict[str, int]:
 def install(app: FastAPI, runtime: Runtime, answers: Answers, needs: Callable[[str], Callable]) -> None:
     asker = [Depends(needs("generate"))]
 
-    def run(req: OpenAIRequest, prompt: str, kind: str, piece: Callable[[str], dict], whole: Callable[[str], dict],
+    def run(req: OpenAIRequest, prompt: str, kind: str, piece: Callable[[str, bool], dict],
+            whole: Callable[[str], dict],
             default_tokens: int = 16, tokens: int | None = None) -> Any:
         """The shared shape of both routes: one answer, or its chunks as events."""
         params = req.sampling(default_tokens)
@@ -109,17 +120,19 @@ def install(app: FastAPI, runtime: Runtime, answers: Answers, needs: Callable[[s
                     "usage": usage(result)}
 
         def chunks() -> Iterator[dict[str, Any]]:
-            fingerprint = f"ckl-v{version}" if version is not None else None
+            # The last chunk carries finish_reason and usage (OpenAI sends usage only when asked, in a chunk of
+            # its own; a client that ignores unknown fields reads this one the same).
+            head["object"] = f"{kind}.chunk" if kind == "chat.completion" else kind
+            first = True
             for item in pieces:
                 if isinstance(item, Generation):
-                    yield {**head, "object": f"{kind}.chunk" if kind == "chat.completion" else kind,
-                           "system_fingerprint": f"ckl-v{item.knowledge_version}",
-                           "choices": [{"index": 0, **piece(""), "finish_reason": item.finish_reason}],
+                    yield {**head, "system_fingerprint": f"ckl-v{item.knowledge_version}",
+                           "choices": [{"index": 0, **piece("", first), "finish_reason": item.finish_reason}],
                            "usage": usage(item)}
                 else:
-                    yield {**head, "object": f"{kind}.chunk" if kind == "chat.completion" else kind,
-                           "system_fingerprint": fingerprint,
-                           "choices": [{"index": 0, **piece(item), "finish_reason": None}]}
+                    yield {**head, "system_fingerprint": f"ckl-v{version}" if version is not None else None,
+                           "choices": [{"index": 0, **piece(item, first), "finish_reason": None}]}
+                first = False
         return event_stream(chunks(), done_marker=True)
 
     @app.post("/v1/completions", dependencies=asker)
@@ -129,20 +142,22 @@ def install(app: FastAPI, runtime: Runtime, answers: Answers, needs: Callable[[s
             raise field_error("prompt", "unsupported", "one prompt per request")
         if not prompts[0].strip():
             raise field_error("prompt", "string_too_short", "must not be empty")
-        return run(req, prompts[0], "text_completion", piece=lambda text: {"text": text},
+        return run(req, prompts[0], "text_completion", piece=lambda text, first: {"text": text},
                    whole=lambda text: {"text": text})
 
     @app.post("/v1/chat/completions", dependencies=asker)
     def chat_completions(req: ChatRequest) -> Any:
         prompt = chat_prompt(answers.serving().tokenizer, req.messages)
-        return run(req, prompt, "chat.completion", piece=lambda text: {"delta": {"content": text}},
+        return run(req, prompt, "chat.completion",
+                   piece=lambda text, first: {"delta": {"role": "assistant", "content": text} if first
+                                              else {"content": text}},
                    whole=lambda text: {"message": {"role": "assistant", "content": text}},
                    default_tokens=runtime.settings.max_new_tokens_cap, tokens=req.max_completion_tokens)
 
     @app.get("/v1/models", dependencies=asker)
     def models() -> dict[str, Any]:
-        store = runtime.versions
-        made = {v: store.manifest(v).get("created_at") or 0 for v in store.versions()}
+        store = runtime.versions  # not the versions a removal took documents out of: they cannot be asked
+        made = {v: store.manifest(v).get("created_at") or 0 for v in store.versions() if not restored_by(store, v)}
         names = [(MODEL, made[store.current()])] + [(f"ckl-v{v}", at) for v, at in made.items()]
         return {"object": "list", "data": [{"id": name, "object": "model", "created": int(at), "owned_by": "ckl-serve"}
                                            for name, at in names]}

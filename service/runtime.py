@@ -75,8 +75,8 @@ class Runtime:
         for version in [m["version"] for m in reversed(self.versions.lineage(current))] + [0]:
             try:
                 self._install(version, serving)
-            except Exception as exc:
-                log.exception("version %d does not load", version)
+            except (ValueError, FileNotFoundError) as exc:  # its files do not verify; anything else is raised
+                log.exception("version %d does not verify", version)
                 self.fallback = self.fallback or {"from": current, "reason": f"{type(exc).__name__}: {exc}"}
                 continue
             if version != current:

@@ -42,7 +42,7 @@ def test_every_route_but_health_and_ready_needs_a_key_with_its_scope(keyed):
             r = keyed.request(method, path, json={} if method == "POST" else None)
             assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", (method, path)
             assert r.headers["www-authenticate"] == "Bearer"
-            wrong = {"generate": "teacher", "teach": "asker", "admin": "teacher"}[scope]
+            wrong = {"generate": "teacher", "teach": "asker", "metrics": "teacher", "admin": "teacher"}[scope]
             r = keyed.request(method, path, json={} if method == "POST" else None, headers=auth(wrong))
             assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden", (method, path)
     r = keyed.post("/generate", json={"prompt": "hi", "max_new_tokens": 1}, headers={"Authorization": "Bearer nope"})

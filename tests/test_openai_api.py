@@ -51,6 +51,11 @@ def test_a_version_is_pinned_by_model_name_and_errors_are_openai_shaped(served):
     before = api.completions.create(model="ckl-v0", prompt="the capital of veltoria is", max_tokens=1, temperature=0)
     assert now.choices[0].text.strip() == "marnhold" and now.system_fingerprint == "ckl-v1"
     assert before.choices[0].text.strip() != "marnhold" and before.system_fingerprint == "ckl-v0"
+    removal = client.delete(f"/documents/{record['document_id']}").json()["document_id"]
+    assert wait_final(client, removal)["status"] == "committed"
+    with pytest.raises(openai.NotFoundError):  # asking the version from before the removal would undo it
+        api.completions.create(model="ckl-v1", prompt="the capital of veltoria is", max_tokens=1)
+    assert [m.id for m in api.models.list().data] == ["ckl", "ckl-v0", "ckl-v2"]
     with pytest.raises(openai.NotFoundError) as missing:
         api.completions.create(model="ckl-v9", prompt="x", max_tokens=1)
     assert missing.value.body["code"] == "model_not_found"
@@ -69,3 +74,22 @@ def test_generate_streams_pieces_then_usage_and_version(served):
     assert "".join(e.get("text", "") for e in events[:-1]) == whole["text"]
     assert events[-1]["done"] and events[-1]["knowledge_version"] == 0
     assert events[-1]["completion_tokens"] == whole["completion_tokens"]
+
+
+def test_a_generation_closed_unfinished_frees_its_slot(tmp_path):
+    from service.answers import Answers
+    from service.errors import ApiError
+    from service.metrics import Metrics
+    from service.model.generation import SamplingParams
+
+    with tiny_client(tiny_settings(tmp_path, max_concurrent_generations=1)) as client:
+        runtime = client.app.state.runtime
+        answers = Answers(runtime, Metrics(runtime))
+        ids = answers.prompt_ids("the capital of", 50)
+        first = answers.stream(ids, SamplingParams(max_new_tokens=50))  # started, never read: a client gone
+        with pytest.raises(ApiError) as full:
+            answers.stream(ids, SamplingParams(max_new_tokens=1))
+        assert full.value.status == 429
+        first.close()
+        *_, done = answers.stream(ids, SamplingParams(max_new_tokens=1))
+        assert done.completion_tokens <= 1

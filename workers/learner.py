@@ -96,6 +96,8 @@ class Learner:
                     log.warning("document %s: %s; training again", document_id, moved)
                 except AlreadyCommitted as done:  # a retried job whose commit happened: only the record missed it
                     self._forget_loaded()
+                    if record.get("removes"):
+                        self._erase(record["removes"], done.version)
                     self.documents.update(document_id, status="committed", version=done.version)
                     return "committed"
             raise RuntimeError(f"the current version kept moving during {MAX_PARENT_RETRIES} attempts")
@@ -146,10 +148,14 @@ class Learner:
 
         replayed = job.method.remove(lineage[position], later, self.versions.load_delta, earlier, relearn)
         job.fields.update(removes=target["document_id"], replayed=replayed)
-        # The target is marked (and its text and probes erased) first, so a crash after the commit cannot let it be
-        # removed twice. The version that learned it keeps its delta and manifest: activating it needs force.
-        return self.finish(job, probes=[], on_commit=lambda version: self.documents.update(
-            target["document_id"], removed_in_version=version, text="", probes=[], auto_probes=[]))
+        # The target is marked (and erased) first, so a crash after the commit cannot let it be removed twice.
+        return self.finish(job, probes=[], on_commit=lambda version: self._erase(target["document_id"], version))
+
+    def _erase(self, document_id: str, removed_in: int) -> None:
+        """A removed document keeps its id and what happened, not what it said. The version that learned it
+        keeps its delta and manifest (its probes): activating or asking that version needs an admin's force."""
+        self.documents.update(document_id, removed_in_version=removed_in, text="", probes=[], auto_probes=[],
+                              top_weighted_tokens=[])
 
     # -- the steps -------------------------------------------------------------------------------
     def prepare(self, parent: int, record: dict[str, Any], name: str, own: list[Probe] = (),

@@ -19,6 +19,14 @@ def resolve(versions: VersionStore, version: int) -> KnowledgeState:
             for name, manifests in by_method.items()}
 
 
+def restored_by(versions: VersionStore, version: int) -> list[str]:
+    """Documents that `version` holds and that a removal along the current lineage took out since: serving
+    `version` again would bring them back."""
+    removed = {m["removes"] for m in versions.lineage(versions.current()) if m.get("removes")}
+    held = {d for m in learned_manifests(versions, version) for d in m["documents"]} if version else set()
+    return sorted(removed & held)
+
+
 def learned_manifests(versions: VersionStore, version: int) -> list[dict[str, Any]]:
     """The manifests along the lineage whose documents still count (a later removal takes one out)."""
     lineage = versions.lineage(version)

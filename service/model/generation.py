@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -67,10 +67,10 @@ def held_back(text: str, stop: tuple[str, ...]) -> int:
 
 
 def stream(serving: ServingModel, prompt_ids: list[int], params: SamplingParams, version: int | None = None,
-           state: KnowledgeState | None = None) -> Iterator[str | Generation]:
+           load: Callable[[], KnowledgeState] | None = None) -> Iterator[str | Generation]:
     """Decode token by token: yields the answer's text in pieces as they become final, then the Generation.
-    `version` pins a committed version (its `state` loaded if the server does not hold it); None: the current
-    one. A consumer that stops iterating stops the decoding at the next token."""
+    `version` pins a committed version (`load()` gives its state if the server does not hold it); None: the
+    current one. A consumer that stops iterating stops the decoding at the next token."""
     started = time.perf_counter()
     generator = None
     if params.seed is not None:
@@ -78,7 +78,7 @@ def stream(serving: ServingModel, prompt_ids: list[int], params: SamplingParams,
     stops = eos_ids(serving)
     completion: list[int] = []
     text, sent, finish_reason = "", 0, "length"
-    with serving.pinned(version, state) as version:
+    with serving.pinned(version, load) as version:
         # The route is decided on the whole prompt and held for every token of the answer.
         routes = serving.routes(version, serving.tokenizer.decode(prompt_ids, skip_special_tokens=True))
         step_input = torch.tensor([prompt_ids], device=serving.device)
@@ -120,8 +120,7 @@ def stream(serving: ServingModel, prompt_ids: list[int], params: SamplingParams,
     )
 
 
-def generate(serving: ServingModel, prompt_ids: list[int], params: SamplingParams, version: int | None = None,
-             state: KnowledgeState | None = None) -> Generation:
-    """The whole answer at once: the last item of `stream`."""
-    *_, result = stream(serving, prompt_ids, params, version, state)
+def generate(serving: ServingModel, prompt_ids: list[int], params: SamplingParams) -> Generation:
+    """The whole answer at once, on the current version: the last item of `stream`."""
+    *_, result = stream(serving, prompt_ids, params)
     return result

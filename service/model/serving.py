@@ -53,9 +53,6 @@ class ServingModel:
             self.current = version
             self._drop_unused()
 
-    def holds(self, version: int) -> bool:
-        return version in self._loaded
-
     def _drop_unused(self) -> None:
         for version in list(self._loaded):
             if version not in (0, self.current) and self._pins[version] == 0:
@@ -64,14 +61,16 @@ class ServingModel:
                 self._loaded.discard(version)
 
     @contextmanager
-    def pinned(self, version: int | None = None, state: KnowledgeState | None = None) -> Iterator[int]:
-        """Hold a version for one request: the current one, or `version`, added from `state` if not held (an
-        older version asked for by name; dropped again once no request pins it)."""
+    def pinned(self, version: int | None = None, load: Callable[[], KnowledgeState] | None = None) -> Iterator[int]:
+        """Hold a version for one request: the current one, or `version`, added with `load()` if not held (an
+        older version asked for by name, loaded under the lock, so decoding waits for it; dropped again once
+        no request pins it)."""
         with self._lock:
             version = self.current if version is None else version
             if version not in self._loaded:
-                if state is None:
-                    raise KeyError(f"version {version} is not loaded and no state was given")
+                if load is None:
+                    raise KeyError(f"version {version} is not loaded and there is no way to load it")
+                state = load()
                 for name, method in self.methods.items():
                     method.add(version, state.get(name))
                 self._loaded.add(version)
