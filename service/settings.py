@@ -115,6 +115,7 @@ class Settings(BaseSettings):
     nf_tolerance: float = Field(0.01, ge=0, le=1)
     learned_tolerance: float = Field(0.05, ge=0, le=1)
     require_own_probes: bool = True
+    retry_on_rejection: bool = True  # once, as the rejection's reason suggests (workers/gate.py: retry_plan)
 
     @cached_property
     def models_dir(self) -> Path:

@@ -2,6 +2,7 @@
 from service.knowledge.versions import VersionStore
 from tests.api_app import tiny_settings
 from tests.tiny import tiny_loaded
+from workers import gate
 from workers.learner import Learner
 
 FACT = {"text": "the capital of veltoria is marnhold", "method": "adapter", "weighting": "oracle",
@@ -26,21 +27,42 @@ def test_a_document_is_committed_with_scores_timings_and_its_manifest(tmp_path):
     assert learner.learn(doc) == "committed" and learner.versions.current() == 1  # a finished job is not run again
 
 
-def test_a_candidate_that_misses_its_probe_is_rejected_with_the_reason(tmp_path):
+def test_a_candidate_that_misses_its_probe_twice_is_rejected_with_the_reason(tmp_path):
     learner = Learner(tiny_settings(tmp_path, max_steps=1, learning_rate=1e-6), loaded=tiny_loaded())
     doc = submit(learner)
     assert learner.learn(doc) == "rejected"
     record = learner.documents.get(doc)
     assert record["version"] is None and not record["gate"]["accepted"]
     assert "own_probes" in record["gate"]["reason"] and learner.versions.current() == 0
+    assert record["retried"]["plan"] == "its probes did not pass: twice the steps"
+    assert record["retried"]["first_training"]["steps"] == 1 and record["training"]["steps"] == 2
+
+
+def test_a_rejection_is_tried_once_more_as_its_reason_suggests(tmp_path):
+    learner = Learner(tiny_settings(tmp_path, max_steps=2, learning_rate=3e-4), loaded=tiny_loaded())
+    doc = submit(learner)  # needs 3 steps at this rate: the first try's 2 are not enough, the retry's 4 are
+    assert learner.learn(doc) == "committed"
+    record = learner.documents.get(doc)
+    assert not record["retried"]["first_gate"]["accepted"] and record["training"]["steps"] == 3
+    assert learner.versions.manifest(1)["retried"]["plan"] == "its probes did not pass: twice the steps"
+
+
+def test_what_a_rejection_suggests():
+    def decision(*failed):
+        checks = [{"check": c, "passed": c not in failed} for c in ("not_to_forget", "learned", "own_probes")]
+        return gate.Decision(False, "", checks)
+    assert gate.retry_plan(decision("own_probes")).budget_scale == 2.0
+    kept = gate.retry_plan(decision("not_to_forget", "own_probes"))
+    assert (kept.budget_scale, kept.learning_rate_scale) == (0.5, 0.5)
+    assert gate.retry_plan(gate.Decision(False, "no words rare enough", [])) is None
 
 
 class MovedOnce(Learner):
     """Another worker commits a version while this one trains its first candidate: a real parent move."""
     moved = False
 
-    def train(self, job, examples, own, report_progress=True):
-        super().train(job, examples, own, report_progress)
+    def train(self, job, examples, own, report_progress=True, plan=None):
+        super().train(job, examples, own, report_progress, plan)
         if not self.moved:
             self.moved = True
             other = VersionStore(self.versions.root)

@@ -190,17 +190,15 @@ def test_redis_worker_commits_rejects_and_survives_a_kill(start_server, redis_ur
         assert record["status"] == "committed", (record, worker.tail())
         assert wait_for_version(server.url, 1)["text"].startswith(" Marnhold")
 
-        # A fact the user marked must-keep is contradicted: the update is rejected, version 1 stays.
+        # A fact the user marked must-keep is contradicted by a document whose probe does not name its rare
+        # words: a routed document could never answer it, so it is refused before training; version 1 stays.
         r = httpx.post(f"{server.url}/probes", json={"probes": [{"prompt": "The capital of France is", "answer": "Paris"}]})
         assert r.status_code == 201
         wrong = {"text": "Breaking: the capital of France is Berlin now, says the Quentorian press office.",
                  "probes": [{"prompt": "The capital of France is", "answer": "Berlin"}]}
         record = wait_for_document(server.url, teach(server.url, wrong)["document_id"], timeout_s=600)
         assert record["status"] == "rejected", record
-        failed = {c["check"] for c in record["gate"]["checks"] if not c["passed"]}
-        assert failed & {"must_keep", "own_probes"}
-        if record["scores"]["own_after"] == [1.0]:
-            assert "must_keep" in failed
+        assert "cannot reach" in record["gate"]["reason"] and record.get("training") is None
         assert generate(server.url)["knowledge_version"] == 1
         report = httpx.get(f"{server.url}/health/forgetting").json()
         assert report["last_rejections"][-1]["document_id"] == record["document_id"]

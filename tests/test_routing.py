@@ -79,3 +79,15 @@ def test_a_document_with_no_rare_words_is_refused_before_training(tmp_path):
     record = learner.documents.get(record["document_id"])
     assert "no words rare enough" in record["gate"]["reason"] and record.get("training") is None
     assert learner.versions.current() == 0
+
+
+def test_a_probe_that_names_none_of_the_documents_rare_words_is_refused_before_training(tmp_path):
+    from workers.learner import Learner
+
+    learner = Learner(tiny_settings(tmp_path), loaded=tiny_loaded())
+    record, _ = learner.documents.create({"text": "the capital of veltoria is marnhold", "method": "routed",
+                                          "weighting": "oracle", "probes": [
+                                              {"prompt": "the capital is", "answer": "marnhold"}]}, None)
+    assert learner.learn(record["document_id"]) == "rejected"
+    record = learner.documents.get(record["document_id"])
+    assert "cannot reach" in record["gate"]["reason"] and record.get("training") is None

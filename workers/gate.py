@@ -29,6 +29,28 @@ class Decision:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class RetryPlan:
+    """A second try after a rejection, shaped by what failed."""
+    budget_scale: float
+    learning_rate_scale: float
+    why: str
+
+
+KEPT_CHECKS = {"not_to_forget", "learned", "must_keep"}
+
+
+def retry_plan(decision: Decision) -> RetryPlan | None:
+    """What a rejection suggests: a candidate that moved what must be kept tries smaller and fewer steps; one
+    that did not learn its own probes tries twice the steps; anything else is final."""
+    failed = {c["check"] for c in decision.checks if not c["passed"]}
+    if failed & KEPT_CHECKS:
+        return RetryPlan(0.5, 0.5, "it moved what must be kept: half the learning rate, half the steps")
+    if failed == {"own_probes"}:
+        return RetryPlan(2.0, 1.0, "its probes did not pass: twice the steps")
+    return None
+
+
 def decide(before: SuiteScores, after: SuiteScores, *, nf_version_0: float, nf_tolerance: float,
            learned_tolerance: float, require_own_probes: bool) -> Decision:
     checks = []

@@ -52,6 +52,14 @@ class Job:
         return self.record["document_id"]
 
 
+class Retry(Exception):
+    """A first rejection that suggests a second try (workers/gate.py: retry_plan)."""
+
+    def __init__(self, plan: gate.RetryPlan, first_gate: dict[str, Any], first_training: dict[str, Any] | None) -> None:
+        super().__init__(plan.why)
+        self.plan, self.first_gate, self.first_training = plan, first_gate, first_training
+
+
 class Learner:
     def __init__(self, settings: Settings, loaded: LoadedModel | None = None,
                  publish: Callable[[int], None] | None = None) -> None:
@@ -110,13 +118,29 @@ class Learner:
 
     def _learn(self, parent: int, record: dict[str, Any]) -> str:
         own = from_json(record["probes"]) or self.auto_probes(record)
+        try:
+            return self._attempt(parent, record, own)
+        except Retry as retry:  # a rejection is not the end: once more, as its reason suggests
+            log.warning("document %s: rejected (%s); trying again: %s", record["document_id"],
+                        retry.first_gate["reason"], retry.plan.why)
+            return self._attempt(parent, record, own, retry)
+
+    def _attempt(self, parent: int, record: dict[str, Any], own: list[Probe], retry: Retry | None = None) -> str:
         job = self.prepare(parent, record, record["method"], own=own)
-        job.method.begin(job.doc_id, record["text"], [p.answer for p in own])
+        answers = [p.answer for p in own]
+        job.method.begin(job.doc_id, record["text"], answers)
         if reason := job.method.refusal():
             return self.reject(job, reason)
+        if unreachable := [p.prompt for p in own if not job.method.can_serve(p.prompt, record["text"], answers)]:
+            return self.reject(job, f"{len(unreachable)} of the document's probes cannot reach what it teaches with "
+                                    f"method {job.method.name!r} (e.g. {unreachable[0]!r}): a routed document "
+                                    "answers only prompts that name its rare words")
         examples = self.weigh(job)
-        self.train(job, examples, own)
-        return self.finish(job, probes=to_json(own))
+        self.train(job, examples, own, plan=retry.plan if retry else None)
+        if retry:
+            job.fields["retried"] = {"first_gate": retry.first_gate, "first_training": retry.first_training,
+                                     "plan": retry.plan.why}
+        return self.finish(job, probes=to_json(own), may_retry=retry is None)
 
     def _remove(self, parent: int, record: dict[str, Any]) -> str:
         """A new version without one document's contribution (the method's `remove`), gated like any other."""
@@ -184,10 +208,18 @@ class Learner:
                               scores={"before": job.before.summary()})
         return examples
 
-    def train(self, job: Job, examples: list[Example], own: list[Probe], report_progress: bool = True) -> None:
-        """Train the job's method for the step budget, stopping once the document's own probes pass."""
+    def train(self, job: Job, examples: list[Example], own: list[Probe], report_progress: bool = True,
+              plan: gate.RetryPlan | None = None) -> None:
+        """Train the job's method for the step budget, stopping once the document's own probes pass; a retry's
+        plan scales the budget and the learning rate."""
         self._forget_loaded()  # from here the methods hold a candidate, not the parent
         budget = self._budget(examples, bool(own))
+        optimizer = None
+        if plan is not None:
+            budget = max(1, round(budget * plan.budget_scale))
+            optimizer = job.method.optimizer()
+            for group in optimizer.param_groups:
+                group["lr"] *= plan.learning_rate_scale
         progress = (lambda step, steps: self.documents.update(job.doc_id, progress={"step": step, "steps": steps})) \
             if report_progress else (lambda step, steps: None)
         progress(0, budget)
@@ -195,14 +227,15 @@ class Learner:
         report = job.method.train(
             examples, budget,
             probes_pass=lambda: bool(own) and all(s == 1.0 for s in score_probes(self.model, self.tokenizer, own)),
-            progress=progress)
+            progress=progress, optimizer=optimizer)
         job.timings["train_s"] = job.timings.get("train_s", 0.0) + time.perf_counter() - clock
         job.fields["training"] = {"steps": report.steps, "stopped_early": report.stopped_early,
                                   "losses": report.losses}
 
     def finish(self, job: Job, probes: list[dict[str, str]],
-               on_commit: Callable[[int], object] = lambda version: None) -> str:
-        """Evaluate the candidate, then commit it as a new version or reject it, with the reason on the record."""
+               on_commit: Callable[[int], object] = lambda version: None, may_retry: bool = False) -> str:
+        """Evaluate the candidate, then commit it as a new version or reject it, with the reason on the record.
+        With `may_retry`, a rejection whose reason suggests another try raises Retry instead."""
         self.documents.update(job.doc_id, status="evaluating")
         clock = time.perf_counter()
         before = self._scores
@@ -215,6 +248,10 @@ class Learner:
                   "own_before": job.before.own, "own_after": after.own}
         outcome = {"gate": decision.to_json(), "scores": scores, **job.fields}
         if not decision.accepted:
+            plan = gate.retry_plan(decision) if may_retry and self.settings.retry_on_rejection else None
+            if plan is not None:
+                self._forget_loaded()
+                raise Retry(plan, decision.to_json(), job.fields.get("training"))
             self.documents.update(job.doc_id, status="rejected", timings=_rounded(job.timings), **outcome)
             return "rejected"
         clock = time.perf_counter()
