@@ -99,6 +99,8 @@ def run(url: str, facts: list[dict], method: str | None, weighting: str | None =
     reliable = {id(f): completes(url, f["probe"]) for f in facts}
     general = {id(f): completes(url, f["paraphrase"]) for f in facts}
     after = [complete(url, p) for p in prompts]
+    for fact, row in zip(facts, rows):  # per document too: a subset (the facts not tuned on) can be scored apart
+        row.update(reliable=reliable[id(fact)], general=general[id(fact)])
     seconds = [row["seconds"] for row in rows]
     gate = [row["gate_s"] for row in rows if row["gate_s"] is not None]
     nf = [row["nf_acc_after"] for row in rows]
