@@ -6,7 +6,7 @@ from fastapi.routing import APIRoute
 from ckl.cli import binding_refusal
 from service.auth import KeyConfig, hash_key
 from service.middleware import host_name
-from tests.api_app import tiny_client, tiny_settings, wait_final
+from tests.api_app import tiny_client, tiny_settings
 
 KEYS = {"asker": ["generate"], "teacher": ["teach"], "other": ["teach"], "root": ["admin"]}
 PUBLIC = {"/health", "/ready"}

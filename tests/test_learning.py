@@ -109,32 +109,6 @@ def test_three_facts_taught_with_the_defaults_are_all_served_and_nothing_else_mo
     assert httpx.post(f"{server.url}/generate", json=other, timeout=120).json()["text"] == before
 
 
-def test_memory_method_learns_through_the_api_and_one_document_can_be_removed(start_server):
-    server = start_server(LENIENT)
-    server.wait_ready()
-    record = wait_for_document(server.url, teach(server.url, {**FACT, "method": "memory"})["document_id"], timeout_s=600)
-    assert record["status"] == "committed", record
-    assert record["scores"]["own_after"] == [1.0]
-    versions = httpx.get(f"{server.url}/versions").json()
-    assert wait_for_version(server.url, 1)["text"].startswith(" Marnhold")
-    delta = start_server.data_dir / "versions" / "1"
-    assert (start_server.data_dir / "memory" / "base.safetensors").exists()
-    assert sum(f.stat().st_size for f in delta.iterdir()) < 5_000_000, versions  # rows, not the whole table
-
-    assert httpx.delete(f"{server.url}/documents/nope").status_code == 404
-    removal = httpx.delete(f"{server.url}/documents/{record['document_id']}")
-    assert removal.status_code == 202, removal.text
-    done = wait_for_document(server.url, removal.json()["document_id"], timeout_s=600)
-    assert done["status"] == "committed" and done["version"] == 2, done
-    assert not wait_for_version(server.url, 2)["text"].startswith(" Marnhold")
-    report = httpx.get(f"{server.url}/health/forgetting").json()
-    assert report["learned"]["probes"] == 0
-    again = httpx.delete(f"{server.url}/documents/{done['document_id']}")
-    assert again.status_code == 409 and again.json()["error"]["code"] == "not_removable"
-    twice = httpx.delete(f"{server.url}/documents/{record['document_id']}")
-    assert twice.status_code == 409 and twice.json()["error"]["code"] == "already_removed"
-
-
 BAD_DOCUMENTS = [
     ({"text": ""}, "text"),
     ({"text": "   "}, "text"),

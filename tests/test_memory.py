@@ -185,3 +185,29 @@ def test_phi_reads_the_base_model_even_with_memory_rows_written(tiny):
         method.memory.values.normal_()
     assert torch.equal(phi.trunk_features(tiny.model, ids, config), before)
     assert method.memory.enabled
+
+
+def test_a_memory_document_is_learned_served_and_removed_through_the_api(tmp_path):
+    """The API story of the memory method, on the tiny model in-process (on the real model, fitting the
+    memory's version-0 state alone takes over two minutes, too long for every CI run)."""
+    from tests.api_app import tiny_client, tiny_settings, wait_final, wait_version
+
+    fact = {"text": "the capital of veltoria is marnhold", "method": "memory",
+            "probes": [{"prompt": "the capital of veltoria is", "answer": "marnhold"}]}
+    with tiny_client(tiny_settings(tmp_path)) as client:
+        record = wait_final(client, client.post("/documents", json=fact).json()["document_id"])
+        assert record["status"] == "committed" and record["scores"]["own_after"] == [1.0], record
+        assert wait_version(client, 1, "the capital of veltoria is")["text"].strip() == "marnhold"
+        assert (tmp_path / "memory" / "base.safetensors").exists()
+        manifest = client.learner.versions.manifest(1)
+        assert manifest["delta_file"] == "memory_rows.safetensors" and manifest["delta_bytes"] < 200_000  # rows
+        removal = client.delete(f"/documents/{record['document_id']}")
+        assert removal.status_code == 202, removal.text
+        done = wait_final(client, removal.json()["document_id"])
+        assert done["status"] == "committed" and done["version"] == 2, done
+        assert wait_version(client, 2, "the capital of veltoria is")["text"].strip() != "marnhold"
+        assert client.get("/health/forgetting").json()["learned"]["probes"] == 0
+        again = client.delete(f"/documents/{done['document_id']}")
+        assert again.status_code == 409 and again.json()["error"]["code"] == "not_removable"
+        twice = client.delete(f"/documents/{record['document_id']}")
+        assert twice.status_code == 409 and twice.json()["error"]["code"] == "already_removed"
