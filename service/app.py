@@ -80,7 +80,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     def owned(document_id: str, caller: Caller) -> dict[str, Any]:
         """A document the caller may see: another key's document is as unknown as one that does not exist."""
         try:
-            record = runtime.documents.get(document_id) if DOCUMENT_ID.match(document_id) else None
+            record = runtime.documents.get(document_id) if DOCUMENT_ID.fullmatch(document_id) else None
         except UnknownDocument:
             record = None
         if record is None or not caller.owns(record):

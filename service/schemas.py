@@ -11,7 +11,7 @@ from service.knowledge import methods
 
 WEIGHTINGS = ("train_attention", "uniform", "oracle")
 MIN_TEMPERATURE = 0.01  # below it, logits / temperature overflow to inf: greedy (0) is the way to ask for that
-DOCUMENT_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what ids look like; anything else names no document
+DOCUMENT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what ids look like; anything else names no document
 
 
 class Strict(BaseModel):

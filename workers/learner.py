@@ -177,7 +177,8 @@ class Learner:
 
     def _erase(self, document_id: str, removed_in: int) -> None:
         """A removed document keeps its id and what happened, not what it said. The version that learned it
-        keeps its delta and manifest (its probes): activating or asking that version needs an admin's force."""
+        keeps its delta and manifest (its probes): activating it needs an admin's force, and asking it by name
+        (ckl-vN) is refused."""
         self.documents.update(document_id, removed_in_version=removed_in, text="", probes=[], auto_probes=[],
                               top_weighted_tokens=[])
 
