@@ -125,3 +125,12 @@ def capitalised_run(text: str, floor: int, begin: int, finish: int) -> tuple[int
             break
         finish = finish + after.index(following) + len(word)
     return begin, finish
+
+
+def without_subject_answers(made: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Auto-probes less those whose answer another probe's prompt names: that answer is what the other probe is
+    about (the subject: "The Republic of" -> "Veltoria"), not what the document teaches, and as an answer it
+    would be left out of a routed document's key, so no probe could reach the document."""
+    return [(prompt, answer) for prompt, answer in made
+            if not any(routing.words(answer) & routing.words(other) for other, _ in made if other != prompt)]
+

@@ -279,6 +279,7 @@ class Learner:
         doc = docs.encode(self.tokenizer, record["text"])
         method = self.method(record["method"])
         made = docs.auto_probes(doc, self._phi().weights(doc.ids))
+        made = docs.without_subject_answers(made)
         while True:  # the answers are left out of what a probe may be checked against: all of them
             answers = [answer for _, answer in made]
             kept = [(prompt, answer) for prompt, answer in made if method.can_serve(prompt, record["text"], answers)]
