@@ -1,4 +1,5 @@
 """Routing: a document's key, a prompt's route, and the routed method on the tiny model."""
+import pytest
 import torch
 
 from service.knowledge import routing
@@ -68,26 +69,17 @@ def test_the_route_is_decided_on_the_prompt_and_held_for_the_whole_answer(tmp_pa
     assert len(seen) == 5 and all(r == seen[0] for r in seen)
 
 
-def test_a_document_with_no_rare_words_is_refused_before_training(tmp_path):
+@pytest.mark.parametrize("text,prompt,reason", [
+    ("the capital of france is paris", "the capital of france is", "no words rare enough"),  # nothing to route by
+    ("the capital of veltoria is marnhold", "the capital is", "cannot reach"),  # the probe names no key word
+])
+def test_a_document_a_routed_delta_could_never_serve_is_refused_before_training(tmp_path, text, prompt, reason):
     from workers.learner import Learner
 
     learner = Learner(tiny_settings(tmp_path), loaded=tiny_loaded())
-    record, _ = learner.documents.create({"text": "the capital of france is paris", "method": "routed",
-                                          "weighting": "oracle", "probes": [
-                                              {"prompt": "the capital of france is", "answer": "paris"}]}, None)
+    record, _ = learner.documents.create({"text": text, "method": "routed", "weighting": "oracle",
+                                          "probes": [{"prompt": prompt, "answer": text.split()[-1]}]}, None)
     assert learner.learn(record["document_id"]) == "rejected"
     record = learner.documents.get(record["document_id"])
-    assert "no words rare enough" in record["gate"]["reason"] and record.get("training") is None
+    assert reason in record["gate"]["reason"] and record.get("training") is None
     assert learner.versions.current() == 0
-
-
-def test_a_probe_that_names_none_of_the_documents_rare_words_is_refused_before_training(tmp_path):
-    from workers.learner import Learner
-
-    learner = Learner(tiny_settings(tmp_path), loaded=tiny_loaded())
-    record, _ = learner.documents.create({"text": "the capital of veltoria is marnhold", "method": "routed",
-                                          "weighting": "oracle", "probes": [
-                                              {"prompt": "the capital is", "answer": "marnhold"}]}, None)
-    assert learner.learn(record["document_id"]) == "rejected"
-    record = learner.documents.get(record["document_id"])
-    assert "cannot reach" in record["gate"]["reason"] and record.get("training") is None
