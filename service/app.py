@@ -215,7 +215,8 @@ def create_app(runtime: Runtime) -> FastAPI:
     @app.get("/versions", dependencies=[Depends(needs("admin"))])
     def list_versions() -> dict[str, Any]:
         store = runtime.versions
-        return {"current": store.current(), "versions": [forgetting.version_row(store.manifest(v)) for v in store.versions()]}
+        return {"current": store.current(), "versions": [forgetting.version_row(store.manifest(v)) for v in store.versions()],
+                "orphans": store.orphans()}  # written by a commit that crashed before it was served
 
     @app.post("/versions/{version}/activate", dependencies=[Depends(needs("admin"))])
     def activate(version: int, req: ActivateRequest) -> dict[str, Any]:

@@ -51,6 +51,8 @@ class Runtime:
             serving = ServingModel(loaded, s)
             self.suites.ensure_nf_suite(
                 s.model, lambda probes: serving.run(0, lambda m: score_probes(m, serving.tokenizer, probes)))
+            if orphans := self.versions.reconcile():
+                log.warning("version folders never made current (a crash during a commit), flagged: %s", orphans)
             self._install_newest_good(serving)
             run_job = self.run_job
             assert run_job is not None, "the runtime needs the learning job (workers.job.learn_document)"

@@ -15,7 +15,7 @@ import pytest
 
 from bench.server import free_port
 from service.model.loader import LoadedModel
-from tests.tiny import tiny_model, tiny_tokenizer
+from tests.tiny import tiny_loaded, tiny_model, tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 # The converted default model is shared by every test run on this machine (gitignored).
@@ -35,6 +35,23 @@ def real_model_dir() -> Path:
     from service.model.loader import default_model_path
 
     return default_model_path(MODEL_CACHE)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """The tiny model saved as a model folder, so `ckl serve` and `ckl worker` processes can load it (CKL_MODEL)."""
+    folder = tmp_path_factory.mktemp("tiny-model")
+    loaded = tiny_loaded()
+    loaded.model.save_pretrained(folder)
+    loaded.tokenizer.save_pretrained(folder)
+    return folder
+
+
+def tiny_env(model_dir: Path, **extra: str) -> dict[str, str]:
+    """Settings for processes on the tiny model, as tests/api_app.py's tiny_settings gives in-process."""
+    return {"CKL_MODEL": str(model_dir), "CKL_WEIGHTING": "oracle", "CKL_ROUTED_LEARNING_RATE": "0.03",
+            "CKL_MAX_STEPS": "60", "CKL_CHECK_EVERY": "1", "CKL_NF_TOLERANCE": "1.0", "CKL_LEARNED_TOLERANCE": "1.0",
+            "CKL_VERSION_POLL_S": "0.5", **extra}
 
 
 class Proc:

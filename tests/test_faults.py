@@ -62,3 +62,29 @@ def test_two_learners_on_one_data_folder_take_turns_and_commit_each_document_onc
         t.join()
     assert results == ["committed", "committed"] and first.versions.versions() == [0, 1]
     assert first.documents.get(doc)["attempts"] == 1  # the second found it finished and did not train
+
+
+def test_a_version_folder_never_made_current_is_flagged_an_orphan_and_its_number_is_not_reused(tmp_path):
+    import shutil
+
+    from service.fileio import read_json, write_json_atomic
+    from service.knowledge.versions import MANIFEST_FILE, UnknownVersion
+
+    learner = Learner(tiny_settings(tmp_path), loaded=tiny_loaded())
+    assert learner.learn(submit(learner)) == "committed"
+    store = learner.versions
+    # A crash between the rename and the pointer move: folder 2 is in place, CURRENT still names 1.
+    shutil.copytree(tmp_path / "versions" / "1", tmp_path / "versions" / "2")
+    write_json_atomic(tmp_path / "versions" / "2" / MANIFEST_FILE,
+                      {**read_json(tmp_path / "versions" / "1" / MANIFEST_FILE), "version": 2})
+    assert store.reconcile() == [2] and store.reconcile() == []
+    assert store.versions() == [0, 1] and store.orphans() == [2] and not store.exists(2)
+    with pytest.raises(UnknownVersion):
+        store.activate(2)
+    assert learner.learn(submit(learner, {**FACT, "text": FACT["text"] + "."})) == "committed"
+    assert store.versions() == [0, 1, 3] and store.manifest(3)["parent"] == 1
+    store.activate(1)
+    assert store.reconcile() == [] and store.versions() == [0, 1, 3]  # versions rolled back from stay served
+    store.activate(3)
+    write_json_atomic(tmp_path / "versions" / "served.json", [1])  # killed after the pointer moved, before the list
+    assert store.reconcile() == [] and store.versions() == [0, 1, 3]

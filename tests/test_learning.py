@@ -1,6 +1,5 @@
 """The learning loop end to end on the real model: real uvicorn, real redis-server, real `ckl worker`."""
 import os
-import signal
 import time
 
 import httpx
@@ -152,12 +151,11 @@ def test_bad_documents_are_refused_and_nothing_is_stored_then_idempotency(start_
 
 
 @pytest.mark.redis
-def test_redis_worker_commits_rejects_and_survives_a_kill(start_server, redis_url, tmp_path):
+def test_redis_worker_commits_and_rejects(start_server, redis_url, tmp_path):
     queue = f"test-{os.getpid()}-{time.monotonic_ns()}"
     env = {**LENIENT, "CKL_REDIS_URL": redis_url, "CKL_QUEUE_NAME": queue}
     server = start_server(env)
-    worker_env = {**server.env}
-    worker = Proc(["worker"], worker_env, tmp_path / "worker.log").start()
+    worker = Proc(["worker"], server.env, tmp_path / "worker.log").start()
     try:
         server.wait_ready()
         record = wait_for_document(server.url, teach(server.url)["document_id"], timeout_s=600)
@@ -176,25 +174,5 @@ def test_redis_worker_commits_rejects_and_survives_a_kill(start_server, redis_ur
         assert generate(server.url)["knowledge_version"] == 1
         report = httpx.get(f"{server.url}/health/forgetting").json()
         assert report["last_rejections"][-1]["document_id"] == record["document_id"]
-
-        # Kill the worker while it trains: nothing is committed; a new worker finishes the document.
-        slow = {"text": "Quessia moved its capital. The capital of Quessia is Dorvane.",
-                "probes": [{"prompt": "The capital of Quessia is", "answer": "Dorvane"}]}
-        doc_id = teach(server.url, slow)["document_id"]
-        deadline = time.monotonic() + 300
-        while httpx.get(f"{server.url}/documents/{doc_id}").json()["status"] != "training":
-            assert time.monotonic() < deadline, worker.tail()
-            time.sleep(0.05)
-        worker.kill(signal.SIGKILL)
-        assert httpx.get(f"{server.url}/documents/{doc_id}").json()["status"] in ("training", "evaluating")
-        assert httpx.get(f"{server.url}/versions").json()["current"] == 1
-        assert generate(server.url)["knowledge_version"] == 1
-
-        worker = Proc(["worker"], worker_env, tmp_path / "worker2.log").start()
-        record = wait_for_document(server.url, doc_id, timeout_s=600)
-        assert record["status"] in ("committed", "rejected"), (record, worker.tail())
-        assert record["attempts"] == 2
-        versions = httpx.get(f"{server.url}/versions").json()
-        assert versions["current"] == (2 if record["status"] == "committed" else 1)
     finally:
         worker.kill()

@@ -16,6 +16,7 @@ from typing import Any
 
 from filelock import FileLock
 
+from service import faults
 from service.documents import FINAL, DocumentStore
 from service.knowledge import methods
 from service.knowledge.probes import ProbeSuites, from_json, to_json
@@ -224,6 +225,7 @@ class Learner:
         progress = (lambda step, steps: self.documents.update(job.doc_id, progress={"step": step, "steps": steps})) \
             if report_progress else (lambda step, steps: None)
         progress(0, budget)
+        faults.kill_point("training")
         clock = time.perf_counter()
         report = job.method.train(
             examples, budget,
@@ -261,7 +263,9 @@ class Learner:
         spec = methods.get(job.method.name)
         manifest = {"documents": [job.doc_id], "probes": probes, "method": spec.name, "metrics": metrics,
                     **outcome, **job.method.manifest_fields()}
+        faults.kill_point("before_commit")
         version = self.versions.commit(job.parent, job.method.delta(), manifest, spec.delta_file)
+        faults.kill_point("after_commit")
         job.method.committed(version)
         self._loaded, self._scores = version, self._last_scores
         job.timings["commit_s"] = time.perf_counter() - clock

@@ -4,6 +4,11 @@ A commit writes the delta and its manifest into a temporary folder, renames it t
 moves the `CURRENT` pointer (an atomic file replace). A crash at any point leaves the old pointer, so
 the last committed version is what a restarted server serves. Commits run under a cross-process lock
 and name the parent they were trained from: a commit whose parent is no longer current is refused.
+
+A crash between the rename and the pointer move leaves a folder that was never served: an orphan. Every
+version the pointer ever named is listed in `served.json` (after the pointer moved), and before each pointer
+move and at every start (`reconcile`, under the lock) a folder neither listed nor current is flagged with an
+`ORPHAN` file: never listed, never activatable, its number never reused, kept for an operator to inspect.
 """
 from __future__ import annotations
 
@@ -17,9 +22,11 @@ import torch
 from filelock import FileLock
 from safetensors.torch import load_file, save_file
 
+from service import faults
 from service.fileio import fsync_dir, fsync_file, read_json, write_bytes_atomic, write_json_atomic
 
 MANIFEST_FILE = "manifest.json"
+ORPHAN_FILE = "ORPHAN"
 
 
 class ParentMoved(Exception):
@@ -53,6 +60,7 @@ class VersionStore:
         self.root.mkdir(parents=True, exist_ok=True)
         self._pointer = root / "CURRENT"
         self._events = root / "events.json"
+        self._served = root / "served.json"
         self.lock = FileLock(str(root / ".lock"))
 
     def current(self) -> int:
@@ -62,7 +70,8 @@ class VersionStore:
             return 0
 
     def exists(self, version: int) -> bool:
-        return version == 0 or (self.root / str(version) / MANIFEST_FILE).exists()
+        folder = self.root / str(version)
+        return version == 0 or ((folder / MANIFEST_FILE).exists() and not (folder / ORPHAN_FILE).exists())
 
     def manifest(self, version: int) -> dict[str, Any]:
         if version == 0:
@@ -73,8 +82,34 @@ class VersionStore:
         return data
 
     def versions(self) -> list[int]:
-        found = [int(p.name) for p in self.root.iterdir() if p.name.isdigit() and (p / MANIFEST_FILE).exists()]
-        return [0, *sorted(found)]
+        return [0, *self._folders(orphans=False)]
+
+    def orphans(self) -> list[int]:
+        return sorted(set(self._folders()) - set(self._folders(orphans=False)))
+
+    def _folders(self, orphans: bool = True) -> list[int]:
+        """Committed version folders (a manifest inside), orphans included unless asked otherwise."""
+        return sorted(int(p.name) for p in self.root.iterdir() if p.name.isdigit() and (p / MANIFEST_FILE).exists()
+                      and (orphans or not (p / ORPHAN_FILE).exists()))
+
+    def reconcile(self) -> list[int]:
+        """Flag the folders a crash left between their rename and the pointer move; returns the new orphans.
+        Runs under the lock, so no commit is half done meanwhile."""
+        with self.lock:
+            listed = read_json(self._served)
+            # A store from before the list: every folder it has was committed whole.
+            served = set(self._folders() if listed is None else listed)
+            if current := self.current():  # a crash after the pointer moved, before the list: it was served
+                served.add(current)
+            if listed is None or served != set(listed):
+                write_json_atomic(self._served, sorted(served))
+            found = [v for v in self._folders(orphans=False) if v not in served]
+            for version in found:
+                write_json_atomic(self.root / str(version) / ORPHAN_FILE,
+                                  {"reason": "written but never made current (a crash before the pointer moved); "
+                                             "its documents are learned again by a later version",
+                                   "flagged_at": time.time()})
+            return found
 
     def lineage(self, version: int) -> list[dict[str, Any]]:
         """Manifests from version 1 up to `version` along parent links (the knowledge it contains)."""
@@ -101,12 +136,13 @@ class VersionStore:
         every file synced before the folder is renamed into place (a power cut never leaves CURRENT naming a
         truncated delta)."""
         with self.lock:
+            self.reconcile()
             if self.current() != parent:
                 raise ParentMoved(f"trained from version {parent}, but version {self.current()} is now current")
             for document_id in manifest["documents"]:
                 if (held := self.holding(document_id, parent)) is not None:
                     raise AlreadyCommitted(document_id, held)
-            version = self.versions()[-1] + 1
+            version = max(self._folders(), default=0) + 1  # an orphan's number is not reused
             tmp = self.root / f".tmp-{version}"
             if tmp.exists():
                 shutil.rmtree(tmp)
@@ -119,11 +155,13 @@ class VersionStore:
             write_json_atomic(tmp / MANIFEST_FILE, full)  # synced, and its folder too
             tmp.rename(self.root / str(version))
             fsync_dir(self.root)
+            faults.kill_point("commit_renamed")
             self._move_pointer(version, "commit")
             return version
 
     def activate(self, version: int, why: str = "activate") -> None:
         with self.lock:
+            self.reconcile()
             if not self.exists(version):
                 raise UnknownVersion(f"version {version} does not exist")
             self._move_pointer(version, why)
@@ -134,6 +172,7 @@ class VersionStore:
     def _move_pointer(self, version: int, why: str) -> None:
         previous = self.current()
         write_bytes_atomic(self._pointer, f"{version}\n".encode())
+        write_json_atomic(self._served, sorted({*read_json(self._served, []), version}))
         events = self.events()
         events.append({"version": version, "from": previous, "event": why, "at": time.time()})
         write_json_atomic(self._events, events[-200:])
