@@ -1,12 +1,13 @@
-"""`ckl bench api-overhead`: what API keys cost a request, over HTTP, on the default model: the same server
-with and without keys, `/generate` of one token and `/health` (the guard and the metrics middleware, which
-both servers run), median of many requests, the two servers asked in turn."""
+"""`ckl bench api-overhead`: what API keys and metrics cost a request, over HTTP, on the default model. Three
+servers: neither (CKL_METRICS=false, no keys), metrics only, metrics and keys; `/generate` of one token and
+`/health`, median of many requests, the servers asked in turn, each compared with the first."""
 from __future__ import annotations
 
 import argparse
 import json
 import statistics
 import time
+from contextlib import ExitStack
 
 import httpx
 
@@ -35,9 +36,12 @@ def main(argv: list[str]) -> None:
     keys = json.dumps([{"name": "bench", "sha256": hash_key(KEY), "scopes": ["admin"]}])
     asks = {"/generate": ("POST", {"prompt": "The capital of France is", "max_new_tokens": 1}),
             "/health": ("GET", None)}
-    seconds: dict[str, dict[str, list[float]]] = {"open": {p: [] for p in asks}, "keys": {p: [] for p in asks}}
-    with running_server(models) as open_url, running_server(models, env={"CKL_API_KEYS": keys}) as keyed_url:
-        servers = {"open": (open_url, {}), "keys": (keyed_url, {"Authorization": f"Bearer {KEY}"})}
+    configs = {"neither": ({"CKL_METRICS": "false"}, {}), "metrics": ({}, {}),
+               "metrics+keys": ({"CKL_API_KEYS": keys}, {"Authorization": f"Bearer {KEY}"})}
+    seconds = {name: {p: [] for p in asks} for name in configs}
+    with ExitStack() as stack:
+        servers = {name: (stack.enter_context(running_server(models, env=env)), headers)
+                   for name, (env, headers) in configs.items()}
         for url, headers in servers.values():  # warm-up
             timed(url, "POST", "/generate", headers, asks["/generate"][1])
         for _ in range(args.requests):
@@ -45,7 +49,8 @@ def main(argv: list[str]) -> None:
                 for path, (method, body) in asks.items():
                     seconds[name][path].append(timed(url, method, path, headers, body))
     for path in asks:
-        open_ms = 1000 * statistics.median(seconds["open"][path])
-        keyed_ms = 1000 * statistics.median(seconds["keys"][path])
-        print(f"{path}: median {open_ms:.2f} ms open, {keyed_ms:.2f} ms with keys: ratio {keyed_ms / open_ms:.3f} "
-              f"({args.requests} requests each)")
+        base_ms = 1000 * statistics.median(seconds["neither"][path])
+        rest = ", ".join(f"{name} {1000 * statistics.median(seconds[name][path]):.2f} ms "
+                         f"(ratio {statistics.median(seconds[name][path]) * 1000 / base_ms:.3f})"
+                         for name in list(configs)[1:])
+        print(f"{path}: median neither {base_ms:.2f} ms, {rest} ({args.requests} requests each)")

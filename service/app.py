@@ -42,7 +42,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     app = FastAPI(title="ckl-serve", version="0.1.0", lifespan=lifespan)
     app.state.runtime = runtime
     install_error_handlers(app)
-    metrics = Metrics(runtime)
+    metrics = Metrics(runtime, enabled=settings.metrics)
     access = logging.getLogger("ckl.access")
 
     @app.middleware("http")
@@ -234,6 +234,8 @@ def create_app(runtime: Runtime) -> FastAPI:
 
     @app.get("/metrics", dependencies=[Depends(needs("metrics"))])
     def prometheus_metrics() -> Response:
+        if not metrics.enabled:
+            raise ApiError(404, "not_found", "metrics are off (CKL_METRICS=false)")
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/health/forgetting", dependencies=[Depends(needs("admin"))])

@@ -44,7 +44,10 @@ class DataFolderCollector(Collector):
 
 
 class Metrics:
-    def __init__(self, runtime) -> None:
+    """The app's Prometheus registry; with `enabled` false (CKL_METRICS=false) nothing is counted."""
+
+    def __init__(self, runtime, enabled: bool = True) -> None:
+        self.enabled = enabled
         self.registry = CollectorRegistry()  # one per app: tests build many apps in one process
         self.requests = Counter("ckl_requests", "HTTP requests", ["route", "method", "status"], registry=self.registry)
         self.latency = Histogram("ckl_request_seconds", "Request latency", ["route"], buckets=LATENCY_BUCKETS,
@@ -55,10 +58,14 @@ class Metrics:
         self.registry.register(DataFolderCollector(runtime))
 
     def request(self, route: str, method: str, status: int, seconds: float) -> None:
+        if not self.enabled:
+            return
         self.requests.labels(route, method, str(status)).inc()
         self.latency.labels(route).observe(seconds)
 
     def generation(self, first_token_s: float, tokens: int) -> None:
+        if not self.enabled:
+            return
         self.first_token.observe(first_token_s)
         self.tokens.inc(tokens)
 

@@ -42,6 +42,7 @@ class Settings(BaseSettings):
     max_must_keep_probes: int = Field(1000, gt=0)  # every job scores them all: a cap keeps jobs bounded
     log_format: Literal["text", "json"] = "text"
     access_log: bool = False  # one line per request (method, route, status, milliseconds, request id)
+    metrics: bool = True  # Prometheus counters and GET /metrics; off, /metrics answers 404
 
     max_prompt_tokens: int = Field(2048, gt=0)
     max_new_tokens_cap: int = Field(512, gt=0)

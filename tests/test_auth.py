@@ -123,6 +123,14 @@ def test_metrics_count_requests_tokens_and_documents(keyed):
     assert 'ckl_documents{status=' in text and "ckl_job_gate_seconds_count" in text
 
 
+def test_metrics_turned_off_count_nothing_and_answer_404(tmp_path):
+    with tiny_client(tiny_settings(tmp_path, metrics=False)) as client:
+        assert client.post("/generate", json={"prompt": "hi", "max_new_tokens": 2}).status_code == 200
+        r = client.get("/metrics")
+        assert r.status_code == 404 and "CKL_METRICS" in r.json()["error"]["message"]
+        assert client.app.state.runtime is not None
+
+
 def test_access_lines_and_json_logs_carry_the_request_id(tmp_path, caplog):
     import json
     import logging
