@@ -157,14 +157,16 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
           f"({settings.data_dir / 'probes' / 'nf_suite.json'})")
 
 
+BENCHES = {"generate": "bench.generate", "serve": "bench.serve", "dtype": "bench.dtype", "teach": "bench.teach",
+           "make-facts": "bench.make_facts", "lama-ckl": "bench.lama_ckl.cli", "ta-costs": "bench.ta_costs",
+           "phi-transfer": "bench.phi_transfer", "phi-crossfit": "bench.phi_crossfit",
+           "api-overhead": "bench.overhead"}
+
+
 def cmd_bench(args: argparse.Namespace) -> None:
     from importlib import import_module
 
-    module = {"generate": "bench.generate", "teach": "bench.teach", "lama-ckl": "bench.lama_ckl.cli",
-              "ta-costs": "bench.ta_costs", "phi-transfer": "bench.phi_transfer",
-              "phi-crossfit": "bench.phi_crossfit", "make-facts": "bench.make_facts",
-              "api-overhead": "bench.overhead"}[args.bench]
-    import_module(module).main(args.rest)
+    import_module(BENCHES[args.bench]).main(args.rest)
 
 
 def cmd_weights(args: argparse.Namespace) -> None:
@@ -262,8 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("bench", help="benchmarks that print numbers")
-    p.add_argument("bench", choices=["generate", "teach", "make-facts", "lama-ckl", "ta-costs", "phi-transfer",
-                                   "phi-crossfit", "api-overhead"])
+    p.add_argument("bench", choices=list(BENCHES))
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_bench)
     return parser

@@ -1,14 +1,17 @@
 """Every generation the API runs goes through here, whichever route asked: the prompt's limits, the version
-asked for, the cap on generations running at once, and the metrics."""
+asked for, the caps on generations running and waiting, the batch scheduler that decodes them, and the
+metrics."""
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from contextlib import closing
 
 from service.errors import ApiError, busy, field_error
 from service.knowledge.state import resolve, restored_by
 from service.metrics import Metrics
-from service.model.generation import Generation, SamplingParams, stream
+from service.model.batching import Scheduler
+from service.model.generation import Generation, SamplingParams
 from service.runtime import Runtime
 
 
@@ -17,12 +20,24 @@ class Answers:
         self.runtime = runtime
         self.settings = runtime.settings
         self.metrics = metrics
-        self._running = threading.BoundedSemaphore(self.settings.max_concurrent_generations)
+        # Admitted generations: those decoding (at most max_concurrent_generations, the scheduler's cap) and those
+        # waiting for a row.
+        self._admitted = threading.BoundedSemaphore(self.settings.max_concurrent_generations
+                                                    + self.settings.max_waiting_generations)
+        self._scheduler: Scheduler | None = None
+        self._scheduler_lock = threading.Lock()
 
     def serving(self):
         if self.runtime.serving is None:
             raise ApiError(503, "not_ready", self.runtime.error or "the model is still loading; GET /ready says when")
         return self.runtime.serving
+
+    def scheduler(self) -> Scheduler:
+        serving = self.serving()
+        with self._scheduler_lock:
+            if self._scheduler is None:
+                self._scheduler = Scheduler(serving, self.settings.max_concurrent_generations)
+            return self._scheduler
 
     def prompt_ids(self, prompt: str, max_new_tokens: int, field: str = "prompt",
                    tokens_field: str = "max_new_tokens") -> list[int]:
@@ -48,23 +63,27 @@ class Answers:
 
     def stream(self, ids: list[int], params: SamplingParams, version: int | None = None) -> Iterator[str | Generation]:
         """Text pieces, then the Generation. Checked now, before a streamed response sends anything: 404 for a
-        version that cannot be asked, 429 when too many generations run. The generator comes back started,
-        so its slot is freed whether it ends, fails, or is closed unfinished (a client that went away)."""
-        serving = self.serving()
+        version that cannot be asked, 429 when as many generations run and wait as the settings allow. The
+        generator comes back started, so its slot is freed whether it ends, fails, or is closed unfinished (a
+        client that went away; the scheduler drops its row at the next decoding step)."""
+        scheduler = self.scheduler()
         version = self.version(version)
-        if not self._running.acquire(blocking=False):
-            raise busy(f"{self.settings.max_concurrent_generations} generations are running", retry_after_s=1)
+        if not self._admitted.acquire(blocking=False):
+            s = self.settings
+            raise busy(f"{s.max_concurrent_generations} generations are running and {s.max_waiting_generations} "
+                       "waiting", retry_after_s=1)
         load = (lambda: resolve(self.runtime.versions, version)) if version else None
 
         def pieces() -> Iterator[str | Generation | None]:
             try:
                 yield None  # the start: from here on, closing the generator runs the finally
-                for item in stream(serving, ids, params, version, load):
-                    if isinstance(item, Generation):
-                        self.metrics.generation(item.timing["first_token_s"], item.completion_tokens)
-                    yield item
+                with closing(scheduler.stream(ids, params, version, load)) as items:
+                    for item in items:
+                        if isinstance(item, Generation):
+                            self.metrics.generation(item.timing["first_token_s"], item.completion_tokens)
+                        yield item
             finally:
-                self._running.release()
+                self._admitted.release()
         started = pieces()
         next(started)
         return started

@@ -36,7 +36,8 @@ class Settings(BaseSettings):
     allowed_hosts: list[str] = Field(default_factory=list)
     max_body_bytes: int = Field(1_048_576, gt=0)
     # Admission: past these, 429 with Retry-After.
-    max_concurrent_generations: int = Field(16, gt=0)
+    max_concurrent_generations: int = Field(16, gt=0)  # decoded together (service/model/batching.py)
+    max_waiting_generations: int = Field(64, ge=0)  # admitted, waiting for one of those rows
     max_queued_documents: int = Field(1000, gt=0)  # queued or training, all keys together
     max_queued_per_key: int = Field(100, gt=0)
     max_must_keep_probes: int = Field(1000, gt=0)  # every job scores them all: a cap keeps jobs bounded

@@ -82,7 +82,7 @@ def test_a_generation_closed_unfinished_frees_its_slot(tmp_path):
     from service.metrics import Metrics
     from service.model.generation import SamplingParams
 
-    with tiny_client(tiny_settings(tmp_path, max_concurrent_generations=1)) as client:
+    with tiny_client(tiny_settings(tmp_path, max_concurrent_generations=1, max_waiting_generations=0)) as client:
         runtime = client.app.state.runtime
         answers = Answers(runtime, Metrics(runtime))
         ids = answers.prompt_ids("the capital of", 50)

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
+from transformers import PreTrainedTokenizerBase
 
 from service.knowledge.state import KnowledgeState
 from service.model.serving import ServingModel
@@ -66,25 +67,75 @@ def held_back(text: str, stop: tuple[str, ...]) -> int:
     return min(len(text), max((len(s) - 1 for s in stop if s), default=0))
 
 
+class Answer:
+    """One answer's text as its tokens are sampled: end of sequence, stop strings, max_new_tokens, and how much
+    of the text is final (may be sent). Both decoding loops (`stream` below, service/model/batching.py) use it,
+    so a batched answer is cut and streamed exactly as a lone one."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, params: SamplingParams, stops: set[int]) -> None:
+        self.tokenizer, self.params, self.stops = tokenizer, params, stops
+        self.tokens: list[int] = []
+        self.text, self.sent = "", 0
+        # "stop" (end of sequence or a stop string) or "length" once complete; None while more tokens may come.
+        self.finish_reason: str | None = None if params.max_new_tokens > 0 else "length"
+
+    def add(self, token: int) -> str:
+        """Take one sampled token; gives the text that became final with it ("" for none)."""
+        if token in self.stops:
+            self.finish_reason = "stop"
+            return ""
+        self.tokens.append(token)
+        self.text, stopped = cut_at_stop(self.tokenizer.decode(self.tokens, skip_special_tokens=True),
+                                         self.params.stop)
+        if stopped:
+            self.finish_reason = "stop"
+            return ""
+        piece = ""
+        if (final := len(self.text) - held_back(self.text, self.params.stop)) > self.sent:
+            piece, self.sent = self.text[self.sent:final], final
+        if len(self.tokens) == self.params.max_new_tokens:
+            self.finish_reason = "length"
+        return piece
+
+    def rest(self) -> str:
+        """The text not sent yet: all of it is final once the answer is complete."""
+        piece, self.sent = self.text[self.sent:], len(self.text)
+        return piece
+
+    def result(self, prompt_tokens: int, version: int, started: float, first_token_s: float) -> Generation:
+        total = time.perf_counter() - started
+        return Generation(
+            text=self.text,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=len(self.tokens),
+            finish_reason=self.finish_reason or "length",
+            knowledge_version=version,
+            timing={"first_token_s": round(first_token_s, 4), "total_s": round(total, 4),
+                    "tokens_per_s": round(len(self.tokens) / total, 2) if total > 0 else 0.0},
+        )
+
+
+def seeded(seed: int | None) -> torch.Generator | None:
+    return None if seed is None else torch.Generator().manual_seed(seed)
+
+
 def stream(serving: ServingModel, prompt_ids: list[int], params: SamplingParams, version: int | None = None,
            load: Callable[[], KnowledgeState] | None = None) -> Iterator[str | Generation]:
-    """Decode token by token: yields the answer's text in pieces as they become final, then the Generation.
-    `version` pins a committed version (`load()` gives its state if the server does not hold it); None: the
-    current one. A consumer that stops iterating stops the decoding at the next token."""
+    """Decode one request alone, token by token: yields the answer's text in pieces as they become final, then
+    the Generation. `version` pins a committed version (`load()` gives its state if the server does not hold
+    it); None: the current one. A consumer that stops iterating stops the decoding at the next token. The API
+    decodes through the batch scheduler (service/model/batching.py); this loop serves `ckl generate` and is
+    the reference the batched answers are tested against."""
     started = time.perf_counter()
-    generator = None
-    if params.seed is not None:
-        generator = torch.Generator().manual_seed(params.seed)
-    stops = eos_ids(serving)
-    completion: list[int] = []
-    text, sent, finish_reason = "", 0, "length"
+    generator = seeded(params.seed)
+    answer = Answer(serving.tokenizer, params, eos_ids(serving))
+    first_token_s = 0.0
     with serving.pinned(version, load) as version:
         # The route is decided on the whole prompt and held for every token of the answer.
         routes = serving.routes(version, serving.tokenizer.decode(prompt_ids, skip_special_tokens=True))
         step_input = torch.tensor([prompt_ids], device=serving.device)
         cache = None
-        first_token_s = 0.0
-        for _ in range(params.max_new_tokens):
+        while answer.finish_reason is None:
             out = serving.run(
                 version,
                 lambda m, ids=step_input, past=cache: m(input_ids=ids, cache=past, use_cache=True, logits_to_keep=1),
@@ -94,30 +145,12 @@ def stream(serving: ServingModel, prompt_ids: list[int], params: SamplingParams,
             token = sample_token(out.logits[0, -1].float().cpu(), params.temperature, params.top_p, generator)
             if not first_token_s:
                 first_token_s = time.perf_counter() - started
-            if token in stops:
-                finish_reason = "stop"
-                break
-            completion.append(token)
-            text, stopped = cut_at_stop(serving.tokenizer.decode(completion, skip_special_tokens=True), params.stop)
-            if stopped:
-                finish_reason = "stop"
-                break
-            if (final := len(text) - held_back(text, params.stop)) > sent:
-                yield text[sent:final]
-                sent = final
+            if piece := answer.add(token):
+                yield piece
             step_input = torch.tensor([[token]], device=serving.device)
-    if len(text) > sent:
-        yield text[sent:]
-    total = time.perf_counter() - started
-    yield Generation(
-        text=text,
-        prompt_tokens=len(prompt_ids),
-        completion_tokens=len(completion),
-        finish_reason=finish_reason,
-        knowledge_version=version,
-        timing={"first_token_s": round(first_token_s, 4), "total_s": round(total, 4),
-                "tokens_per_s": round(len(completion) / total, 2) if total > 0 else 0.0},
-    )
+    if piece := answer.rest():
+        yield piece
+    yield answer.result(len(prompt_ids), version, started, first_token_s)
 
 
 def generate(serving: ServingModel, prompt_ids: list[int], params: SamplingParams) -> Generation:

@@ -1,0 +1,189 @@
+"""Continuous batching on the tiny model: batched decoding gives every request the tokens it gets alone, a swap
+lands between steps without mixing versions, a closed stream frees its row, and requests wait before a 429."""
+import threading
+import time
+from collections.abc import Callable
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from service.answers import Answers
+from service.errors import ApiError
+from service.knowledge import adapter
+from service.metrics import Metrics
+from service.model.batching import Scheduler
+from service.model.generation import Generation, SamplingParams, generate, stream
+from service.model.serving import ServingModel
+from service.settings import Settings
+
+SETTINGS = Settings(lora_rank=4, lora_alpha=8)
+WINDOW = 16  # the tiny model's sliding window (tests/tiny.py)
+
+
+def watch(serving: ServingModel, hooks: dict[int, Callable[[], None]]) -> list[tuple[int, int, int]]:
+    """Record (version, rows, cache columns) of every forward pass; run hooks[n] right after the n-th (between
+    two steps, the serving lock free)."""
+    steps: list[tuple[int, int, int]] = []
+    original = serving.run
+
+    def run(version, fn, routes=None):
+        out = original(version, fn, routes)
+        steps.append((version, out.logits.shape[0], out.cache.get_seq_length()))
+        if hook := hooks.pop(len(steps), None):
+            hook()
+        return out
+    serving.run = run
+    return steps
+
+
+def until(condition: Callable[[], bool], timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)
+
+
+def consume(pieces, into: dict, name) -> threading.Thread:
+    def read():
+        into[name] = list(pieces)
+    thread = threading.Thread(target=read)
+    thread.start()
+    return thread
+
+
+def submitted(scheduler: Scheduler, start: Callable[[], threading.Thread], threads: list) -> Callable[[], None]:
+    """A hook that starts a request and returns once it waits for admission, so it joins at the next round."""
+    def hook():
+        before = scheduler.waiting()
+        threads.append(start())
+        until(lambda: scheduler.waiting() > before)
+    return hook
+
+
+def random_adapter(serving: ServingModel, seed: int) -> dict[str, adapter.LoraState]:
+    gen = torch.Generator().manual_seed(seed)
+    state = adapter.read_state(serving.methods["adapter"].peft, "v0")
+    tensors = {k: torch.randn(v.shape, generator=gen) * 0.5 for k, v in state.items()}
+    return {"adapter": adapter.LoraState(tensors, adapter.config_to_dict(adapter.lora_config(4, 8)))}
+
+
+def test_batched_decoding_gives_every_request_its_one_at_a_time_tokens(tiny):
+    serving = ServingModel(tiny, SETTINGS)
+    tok = tiny.tokenizer
+    long_prompt = "the capital of france is paris and the capital of germany is berlin and the capital of italy is"
+    prompts = ["the capital of", long_prompt, "a city", "paris", "new product company chief executive", "veltoria"]
+    plain = generate(serving, tok(long_prompt)["input_ids"], SamplingParams(12))
+    params = [SamplingParams(40),  # runs past the window in the batch
+              SamplingParams(12, stop=(plain.text.split()[-1],)),  # a prompt longer than the window, a stop string
+              SamplingParams(3),
+              SamplingParams(25, stop=("xyz", "rom")),  # stop strings never found: text held back, sent at the end
+              SamplingParams(30),
+              SamplingParams(20, temperature=0.9, top_p=0.9, seed=7)]  # sampled, its own generator
+    ids = [tok(p)["input_ids"] for p in prompts]
+    assert len(ids[1]) > WINDOW
+    alone = [list(stream(serving, i, p)) for i, p in zip(ids, params)]
+
+    scheduler = Scheduler(serving, max_running=8)
+    results: dict[int, list] = {}
+    threads: list[threading.Thread] = []
+
+    def start(n):
+        return lambda: consume(scheduler.stream(ids[n], params[n]), results, n)
+    # Requests join at different steps of a running batch (each prefill is a forward pass of its own).
+    steps = watch(serving, {1: submitted(scheduler, start(1), threads), 2: submitted(scheduler, start(2), threads),
+                            6: submitted(scheduler, start(3), threads), 12: submitted(scheduler, start(4), threads),
+                            20: submitted(scheduler, start(5), threads)})
+    threads.append(start(0)())
+    until(lambda: len(threads) == len(prompts) and not any(t.is_alive() for t in threads), 60)
+
+    assert plain.finish_reason == "length" and alone[1][-1].finish_reason == "stop"
+    for n, expected in enumerate(alone):
+        *pieces, result = results[n]
+        *expected_pieces, reference = expected
+        assert pieces == expected_pieces, prompts[n]  # the same tokens, cut and streamed the same way
+        assert (result.text, result.completion_tokens, result.finish_reason) == \
+            (reference.text, reference.completion_tokens, reference.finish_reason), prompts[n]
+    assert max(rows for _, rows, _ in steps) >= 4
+    assert any(rows >= 3 and columns > WINDOW for _, rows, columns in steps)  # a batch past the window
+    assert scheduler.running() == 0 and serving._pins[0] == 0
+
+
+def test_a_swap_during_a_batch_keeps_each_answer_on_the_version_it_reports(tiny):
+    serving = ServingModel(tiny, SETTINGS)
+    ids = [tiny.tokenizer(p)["input_ids"] for p in ("the capital of", "a city in", "paris and berlin")]
+    params = SamplingParams(max_new_tokens=30)
+    on_0 = [generate(serving, i, params) for i in ids]
+    delta = random_adapter(serving, 2)
+    scheduler = Scheduler(serving, max_running=8)
+    results: dict = {}
+    threads: list[threading.Thread] = []
+
+    def swap():  # version 1 lands between two steps of version 0's batch; the next requests pin it
+        serving.install(1, delta)
+        for n, i in enumerate(ids):
+            submitted(scheduler, lambda n=n, i=i: consume(scheduler.stream(i, params), results, ("after", n)),
+                      threads)()
+    steps = watch(serving, {6: swap})
+    threads += [consume(scheduler.stream(i, params), results, ("before", n)) for n, i in enumerate(ids)]
+    until(lambda: len(threads) == 2 * len(ids) and not any(t.is_alive() for t in threads), 60)
+    del serving.run  # the class's own again
+    on_1 = [generate(serving, i, params) for i in ids]
+
+    for n in range(len(ids)):
+        before, after = results[("before", n)][-1], results[("after", n)][-1]
+        assert before.knowledge_version == 0 and before.text == on_0[n].text
+        assert after.knowledge_version == 1 and after.text == on_1[n].text
+    assert any(a.text != b.text for a, b in zip(on_0, on_1))
+    versions = [version for version, _, _ in steps]
+    assert 0 in versions[versions.index(1):]  # both versions' groups decoded in turn
+    assert max(rows for version, rows, _ in steps if version == 1) == len(ids)
+    assert serving._pins[0] == serving._pins[1] == 0
+
+
+def answers_on(tiny, **settings) -> Answers:
+    settings = SETTINGS.model_copy(update=settings)
+    runtime = SimpleNamespace(settings=settings, serving=ServingModel(tiny, settings), error=None)
+    return Answers(runtime, Metrics(runtime))
+
+
+def test_a_closed_stream_frees_its_row_at_the_next_step(tiny):
+    answers = answers_on(tiny, max_concurrent_generations=1, max_waiting_generations=0)
+    serving, scheduler = answers.serving(), answers.scheduler()
+    ids = tiny.tokenizer("the capital of")["input_ids"]
+    closed = threading.Event()
+    steps = watch(serving, {2: lambda: closed.wait(10)})  # the first request's second step waits for the close
+    first = answers.stream(ids, SamplingParams(max_new_tokens=100))
+    assert isinstance(next(first), str)
+    with pytest.raises(ApiError) as full:
+        answers.stream(ids, SamplingParams(max_new_tokens=1))
+    assert full.value.status == 429 and full.value.headers == {"Retry-After": "1"}
+    first.close()  # a client that went away
+    closed.set()
+    *_, done = answers.stream(ids, SamplingParams(max_new_tokens=3))  # admitted at once; decoded after the next step
+    assert isinstance(done, Generation) and done.completion_tokens <= 3
+    assert len(steps) <= 2 + 3  # the closed request decoded no step past the one running when it closed
+    assert scheduler.running() == 0 and serving._pins[0] == 0
+
+
+def test_requests_wait_for_a_row_and_only_past_the_waiting_queue_get_429(tiny):
+    answers = answers_on(tiny, max_concurrent_generations=1, max_waiting_generations=1)
+    serving, scheduler = answers.serving(), answers.scheduler()
+    ids = tiny.tokenizer("the capital of")["input_ids"]
+    checked = threading.Event()
+    steps = watch(serving, {3: lambda: checked.wait(10)})
+    first = answers.stream(ids, SamplingParams(max_new_tokens=20))
+    next(first)
+    results: dict = {}
+    waiter = consume(answers.stream(ids, SamplingParams(max_new_tokens=5)), results, "second")
+    until(lambda: scheduler.waiting() == 1 and scheduler.running() == 1)  # the first decodes, the second waits
+    with pytest.raises(ApiError) as full:
+        answers.stream(ids, SamplingParams(max_new_tokens=1))
+    assert full.value.status == 429 and full.value.headers == {"Retry-After": "1"}
+    checked.set()
+    *_, one = first
+    waiter.join(30)
+    two = results["second"][-1]
+    assert one.finish_reason and two.finish_reason
+    assert max(rows for _, rows, _ in steps) == 1  # the waiting request never joined the running one's batch
+    assert two.timing["first_token_s"] > 0 and scheduler.waiting() == scheduler.running() == 0
