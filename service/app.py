@@ -7,6 +7,7 @@ import time
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio.to_thread
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 
@@ -28,6 +29,8 @@ from service.schemas import (DOCUMENT_ID, ActivateRequest, DocumentAccepted, Doc
                              GenerateResponse, ProbesRequest)
 from service.sse import event_stream
 
+THREADS_FOR_OTHER_ROUTES = 16
+
 
 def create_app(runtime: Runtime) -> FastAPI:
     """The app over a runtime (Runtime.create); the runtime starts in the background when the app starts."""
@@ -35,6 +38,12 @@ def create_app(runtime: Runtime) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
+        # Sync handlers run in anyio's thread pool (40 threads by default), and a generation holds its thread
+        # until it ends: with fewer threads than generations admitted, the rest would queue before admission
+        # instead of getting their 429.
+        limiter = anyio.to_thread.current_default_thread_limiter()
+        limiter.total_tokens = max(limiter.total_tokens, settings.max_concurrent_generations
+                                   + settings.max_waiting_generations + THREADS_FOR_OTHER_ROUTES)
         threading.Thread(target=runtime.start, daemon=True, name="ckl-start").start()
         yield
         runtime.close()

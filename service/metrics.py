@@ -35,6 +35,10 @@ class DataFolderCollector(Collector):
             values = [r["timings"][key] for r in records if key in (r.get("timings") or {})]
             yield SummaryMetricFamily(name, f"Seconds per finished job ({key})", count_value=len(values),
                                       sum_value=sum(values))
+        swaps = list(self.runtime.swaps)
+        yield SummaryMetricFamily("ckl_swap_pause_seconds", "Decoding paused by version swaps (the last 1000)",
+                                  count_value=len(swaps), sum_value=sum(swaps))
+        yield GaugeMetricFamily("ckl_swap_pause_seconds_max", "The longest of those pauses", value=max(swaps, default=0))
         versions = self.runtime.versions
         current = versions.current()
         yield GaugeMetricFamily("ckl_knowledge_version", "The current knowledge version", value=current)

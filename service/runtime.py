@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -31,6 +32,7 @@ class Runtime:
     serving: ServingModel | None = None
     error: str | None = None
     fallback: dict | None = None  # set when the current version did not verify at start
+    swaps: deque[float] = field(default_factory=lambda: deque(maxlen=1000))  # seconds each swap paused decoding
     _wake: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
 
@@ -88,8 +90,9 @@ class Runtime:
             return
 
     def _install(self, version: int, serving: ServingModel) -> None:
-        install_committed(serving, self.versions, version)
-        log.warning("serving knowledge version %d", version)
+        paused_s = install_committed(serving, self.versions, version)
+        self.swaps.append(paused_s)
+        log.warning("serving knowledge version %d (decoding paused %.1f ms)", version, 1000 * paused_s)
 
     def _watch(self) -> None:
         """Swap in the current version whenever it changes: woken by an event, or by polling."""

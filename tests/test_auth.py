@@ -120,6 +120,7 @@ def test_metrics_count_requests_tokens_and_documents(keyed):
     assert 'ckl_requests_total{method="GET",route="/documents/{document_id}",status="404"} 1.0' in text
     assert "ckl_generated_tokens_total 2.0" in text and "ckl_generate_first_token_seconds_count 1.0" in text
     assert "ckl_knowledge_version" in text and "ckl_nf_accuracy 1.0" in text
+    assert "ckl_swap_pause_seconds_count 1.0" in text  # version 0, installed at start
     assert 'ckl_documents{status=' in text and "ckl_job_gate_seconds_count" in text
 
 

@@ -9,6 +9,7 @@ pins it. What a method keeps per version, and how it switches, is its serving si
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
@@ -43,15 +44,18 @@ class ServingModel:
         self._loaded: set[int] = {0}
         self.current = 0
 
-    def install(self, version: int, state: KnowledgeState | None) -> None:
-        """Make `version` current. Version 0 (the base model) needs no state."""
+    def install(self, version: int, state: KnowledgeState | None) -> float:
+        """Make `version` current. Version 0 (the base model) needs no state. Returns the seconds it held the
+        lock: the pause it put between two decoding steps."""
         with self._lock:
+            clock = time.perf_counter()
             if version not in self._loaded:
                 for name, method in self.methods.items():
                     method.add(version, (state or {}).get(name))
                 self._loaded.add(version)
             self.current = version
             self._drop_unused()
+            return time.perf_counter() - clock
 
     def _drop_unused(self) -> None:
         for version in list(self._loaded):
@@ -94,6 +98,7 @@ class ServingModel:
             return fn(self.model)
 
 
-def install_committed(serving: ServingModel, versions: VersionStore, version: int) -> None:
-    """Make a committed version of the store current on the served model (its deltas checked by hash)."""
-    serving.install(version, resolve(versions, version) if version else None)
+def install_committed(serving: ServingModel, versions: VersionStore, version: int) -> float:
+    """Make a committed version of the store current on the served model (its deltas checked by hash, read
+    before decoding is paused); the seconds decoding was paused."""
+    return serving.install(version, resolve(versions, version) if version else None)
