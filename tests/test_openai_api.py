@@ -93,3 +93,32 @@ def test_a_generation_closed_unfinished_frees_its_slot(tmp_path):
         first.close()
         *_, done = answers.stream(ids, SamplingParams(max_new_tokens=1))
         assert done.completion_tokens <= 1
+
+
+def test_the_openai_client_against_a_live_server_with_concurrent_streams(tiny_model_dir, tmp_path):
+    """Real uvicorn on the tiny model: the official client, eight streams at once (batched), and an error."""
+    import signal
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.conftest import Server, tiny_env
+
+    server = Server(tmp_path / "data", tiny_env(tiny_model_dir)).start()
+    try:
+        server.wait_ready(120)
+        api = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+        prompts = ["the capital of", "a city in", "paris and berlin", "the new product of the company"] * 2
+        alone = [api.completions.create(model="ckl", prompt=p, max_tokens=12, temperature=0).choices[0].text
+                 for p in prompts]
+
+        def streamed(prompt: str) -> str:
+            chunks = api.completions.create(model="ckl", prompt=prompt, max_tokens=12, temperature=0, stream=True)
+            return "".join(c.choices[0].text for c in chunks)
+        with ThreadPoolExecutor(len(prompts)) as pool:
+            assert list(pool.map(streamed, prompts)) == alone
+        chat = api.chat.completions.create(model="ckl-v0", messages=[{"role": "user", "content": "hello"}],
+                                           max_tokens=3, temperature=0)
+        assert chat.system_fingerprint == "ckl-v0"
+        with pytest.raises(openai.NotFoundError):
+            api.completions.create(model="ckl-v9", prompt="hi", max_tokens=1)
+    finally:
+        server.kill(signal.SIGTERM)
