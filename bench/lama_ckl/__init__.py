@@ -10,6 +10,9 @@
 4. Where Top Acc comes from: TO-LEARN rows grouped by (relation, answer), and each method's score per
    group at its best epoch. Many rows share an answer, so a method that learns a relation's common
    answer scores on every row that has it (docs/decisions.md: Count learning per (relation, answer)).
+5. Methods that weigh with phi: no TO-LEARN row is weighed by a phi meta-trained on it; the run refuses
+   such a phi, or with `--crossfit K --split uuid|group` weighs each row with the phi of the fold of
+   variant_dev that held it out, trained by `ckl train-attention`'s own function (phis.py).
 
 The training examples, the training loop, the weighted loss and the probe scoring are the service's own
 (workers.examples, workers.methods, service.knowledge.scoring); only the baselines the service does not

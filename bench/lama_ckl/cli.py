@@ -5,9 +5,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from bench.lama_ckl.phis import CrossFit, as_is
 from bench.lama_ckl.report import markdown, write_outputs
 from bench.lama_ckl.run import METHODS, Config, run_benchmark
 from service.settings import Settings
+from workers.attention.folds import SPLITS
 from workers.lama_ckl import DEFAULT_DATA, data_files, read_pools, tailoring_cache
 from workers.provenance import RESULTS_ROOT
 
@@ -41,6 +43,13 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--max-grad-norm", type=float, help="gradient clipping (0: none; default 1.0)")
     parser.add_argument("--rows-per-file", type=int, help="read only the first N rows of each data file")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with the LAMA-ckl jsonl files")
+    parser.add_argument("--crossfit", type=int, metavar="K", help="a phi meta-trained on evaluated TO-LEARN rows is "
+                        "replaced by K phis, one per fold of variant_dev, each trained on the other folds and "
+                        "weighing only its fold's rows (cached in bench-results/crossfit-phis); without it such a "
+                        "phi is refused")
+    parser.add_argument("--split", choices=SPLITS, help="with --crossfit: folds by uuid (default) or by (relation, "
+                        "answer) group")
+    parser.add_argument("--fold-seed", type=int, help="with --crossfit: the folds' seed (default 0)")
     parser.add_argument("--out", type=Path, default=RESULTS_ROOT / "lama-ckl")
     args = parser.parse_args(argv)
 
@@ -52,7 +61,13 @@ def main(argv: list[str]) -> None:
                                      "batch_size": args.batch_size, "max_tokens": args.max_tokens, "seed": args.seed,
                                      "offset": args.offset,
                                      "max_grad_norm": args.max_grad_norm,
-                                     "rows_per_file": args.rows_per_file}.items() if v is not None})
+                                     "rows_per_file": args.rows_per_file, "crossfit": args.crossfit,
+                                     "crossfit_split": args.split, "fold_seed": args.fold_seed}.items()
+                   if v is not None})
+    if args.crossfit is not None and args.crossfit < 2:
+        parser.error("--crossfit needs at least 2 folds")
+    if (args.split is not None or args.fold_seed is not None) and not args.crossfit:
+        parser.error("--split and --fold-seed go with --crossfit")
     if args.methods:
         values["methods"] = args.methods.split(",")
     unknown = set(values.get("methods", [])) - set(METHODS)
@@ -65,7 +80,9 @@ def main(argv: list[str]) -> None:
     variant, invariant = read_pools(args.data, config.rows_per_file)
     settings = Settings(model=args.model)
     cache = tailoring_cache(args.out.parent, args.model, data_files(args.data))
-    results = run_benchmark(config, lambda: load_model(settings), variant, invariant, cache, args.model)
+    assign = CrossFit(config.crossfit, config.crossfit_split, config.fold_seed, args.data, args.out.parent,
+                      lambda: load_model(settings), args.model) if config.crossfit else as_is
+    results = run_benchmark(config, lambda: load_model(settings), variant, invariant, cache, args.model, assign)
     write_outputs(results, args.out)
     print(markdown(results))
     print(f"written to {args.out}")

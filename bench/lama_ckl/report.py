@@ -68,6 +68,11 @@ def markdown(results: dict[str, Any]) -> str:
     t = results["tailoring"]
     lines += ["", f"TO-LEARN {t['to_learn']} rows, NF {t['nf']} rows; model {results['model']}; "
                   f"commit {results['git_commit']}; epoch -1 is the untouched model."]
+    config = results["config"]
+    if config.get("crossfit"):
+        weighed = ", ".join(f"{r['method']} {len(r['phis'])}" for r in results["methods"] if "phis" in r)
+        lines.append(f"Cross-fitted: {config['crossfit']} folds of variant_dev by {config['crossfit_split']} (seed "
+                     f"{config['fold_seed']}); phis per method: {weighed}. No row is weighed by a phi that saw it.")
     return "\n".join(lines) + "\n"
 
 

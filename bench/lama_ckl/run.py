@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from bench.lama_ckl import rho1
+from bench.lama_ckl import phis, rho1
 from bench.lama_ckl.full import FullMethod
 from bench.lama_ckl.report import summarize
 from service.knowledge.scoring import score_probes
@@ -51,6 +51,8 @@ METHODS: dict[str, MethodSpec] = {
     "full": MethodSpec("full", "uniform", 1e-5),
     "taalm": MethodSpec("adapter", "train_attention", 3e-4, phi_variant="first-order"),
     "taalm-exact": MethodSpec("adapter", "train_attention", 3e-4, phi_variant="exact"),
+    # The paper's protocol (phi from invariant rows only), reported beside a phi of the new data rule.
+    "taalm-paper": MethodSpec("adapter", "train_attention", 3e-4, phi_variant="first-order-paper"),
     "smf": MethodSpec("memory", "uniform", 10.0),
     "smf+ta": MethodSpec("memory", "train_attention", 10.0, phi_variant="first-order"),
     "smf+ta-exact": MethodSpec("memory", "train_attention", 10.0, phi_variant="exact"),
@@ -76,25 +78,37 @@ class Config:
     offset: int = 0  # rows skipped in each pool; 0 = the reported rows
     rows_per_file: int | None = None
     model: str = "default"  # as CKL_MODEL; picks the packaged phi for train_attention
+    crossfit: int = 0  # folds of variant_dev for phis that saw evaluated rows (phis.py); 0: refuse such a phi
+    crossfit_split: str = "uuid"
+    fold_seed: int = 0
+
+
+def phi_path(spec: MethodSpec, model_name: str) -> Path:
+    """The phi a train_attention method weighs with, unless cross-fitted."""
+    return Path(spec.phi_checkpoint) if spec.phi_checkpoint else packaged_checkpoint(model_name, spec.phi_variant)
 
 
 def examples_for(rows: list[Row], loaded: LoadedModel, model: torch.nn.Module, max_tokens: int,
-                 spec: MethodSpec, model_name: str = "default", sentences: bool = False) -> list[Example]:
+                 spec: MethodSpec, model_name: str = "default", sentences: bool = False,
+                 assignment: phis.Assignment | None = None) -> list[Example]:
     """Each row's evidence, cut to `max_tokens` (one window), weighted as the service weighs a document
     (workers/examples.py): uniformly, on the object's occurrences (oracle) or by phi (train_attention, with
     the service's threshold). No fallback: a row whose weights are all 0 gives no window. rho1 starts
     uniform; its weights are chosen again before every epoch (rho1.py). With `sentences` (as the service
     does for the memory method), each later sentence of the evidence is also an example of its own.
+    `assignment` (train_attention): which phi weighs which row (phis.py); by default the method's own phi.
     """
-    phi = None
+    weigh: dict[str, TrainAttention] = {}
     if spec.weighting == "train_attention":
-        phi_path = Path(spec.phi_checkpoint) if spec.phi_checkpoint else packaged_checkpoint(model_name, spec.phi_variant)
-        phi = TrainAttention.from_path(model, phi_path)
+        assignment = assignment or phis.as_is(phi_path(spec, model_name), rows)
+        loaded_phis = {path: TrainAttention.from_path(model, path) for path in set(assignment.values())}
+        weigh = {row.uuid: loaded_phis[assignment[row.uuid]] for row in rows}
     how = "uniform" if spec.weighting == "rho1" else spec.weighting
     threshold = Settings().weight_threshold
     out = []
     for row in rows:
         doc = examples.encode(loaded.tokenizer, row.evidence, max_tokens)
+        phi = weigh.get(row.uuid)
         weights = examples.token_weights(doc, how, [row.object], phi.weights if phi else None, threshold)
         out += examples.document_examples(doc, weights, max_tokens, loaded.tokenizer.bos_token_id, sentences)
     return out
@@ -127,8 +141,12 @@ def memory_update_costs(method: MemoryMethod) -> dict[str, Any]:
 
 
 def run_method(name: str, config: Config, load: Callable[[], LoadedModel], to_learn: list[Row],
-               nf: list[Row], background: list[str] | None = None, spec: MethodSpec | None = None) -> dict[str, Any]:
+               nf: list[Row], background: list[str] | None = None, spec: MethodSpec | None = None,
+               assignment: phis.Assignment | None = None) -> dict[str, Any]:
     spec = spec or METHODS[name]
+    if spec.weighting == "train_attention":  # every caller's phis pass the guard (run_benchmark's before any trains)
+        assignment = assignment or phis.as_is(phi_path(spec, config.model), to_learn)
+        phis.check_unseen(name, assignment)
     lr = config.learning_rates.get(name, spec.learning_rate)
     loaded = load()
     settings = Settings(lora_rank=config.lora_rank, lora_alpha=config.lora_alpha, optimizer="adamw",
@@ -140,7 +158,7 @@ def run_method(name: str, config: Config, load: Callable[[], LoadedModel], to_le
     method.load(None)
     learn_probes, nf_probes = [r.probe for r in to_learn], [r.probe for r in nf]
     train_on = examples_for(to_learn, loaded, method.model, config.max_tokens, spec, config.model,
-                            method.sentence_contexts)
+                            method.sentence_contexts, assignment)
     pad_id = loaded.tokenizer.pad_token_id or 0
     reference = rho1.token_nll(method.model, [e.input_ids for e in train_on], pad_id) \
         if spec.weighting == "rho1" else []
@@ -175,6 +193,8 @@ def run_method(name: str, config: Config, load: Callable[[], LoadedModel], to_le
         print(f"{name} epoch {epoch}: TO-LEARN {learn_acc:.3f}  NF {nf_acc:.3f}  {report.seconds:.1f} s", flush=True)
     if isinstance(method, MemoryMethod):
         extra["update"] = memory_update_costs(method)
+    if assignment:
+        extra["phis"] = phis.summary(assignment)
     return {"method": name, "spec": asdict(spec), "learning_rate": lr, "epochs": epochs, "peak_rss_mb": round(peak),
             **summarize(epochs), **extra}
 
@@ -185,7 +205,9 @@ def memory_background(invariant: list[Row], scores: dict[str, float]) -> list[st
 
 
 def run_benchmark(config: Config, load: Callable[[], LoadedModel], variant: list[Row], invariant: list[Row],
-                  cache: Path, model_name: str) -> dict[str, Any]:
+                  cache: Path, model_name: str, assign: phis.Assign = phis.as_is) -> dict[str, Any]:
+    """`assign`: which phi weighs which TO-LEARN row (phis.py); every assignment passes the guard before any
+    method trains."""
     base = load()
     scores = tailor_scores(base, variant + invariant, cache)
     del base
@@ -194,7 +216,12 @@ def run_benchmark(config: Config, load: Callable[[], LoadedModel], variant: list
     if not to_learn or not nf:
         raise SystemExit("tailoring left an empty TO-LEARN or NF pool: use more rows")
     background = memory_background(invariant, scores)
-    methods = [run_method(name, config, load, to_learn, nf, background) for name in config.methods]
+    assignments = {name: assign(phi_path(METHODS[name], model_name), to_learn) for name in config.methods
+                   if METHODS[name].weighting == "train_attention"}
+    for name, assignment in assignments.items():
+        phis.check_unseen(name, assignment)
+    methods = [run_method(name, config, load, to_learn, nf, background, assignment=assignments.get(name))
+               for name in config.methods]
     return {
         "model": model_name,
         "config": asdict(config),

@@ -141,6 +141,13 @@ def save_checkpoint(path: Path, head: PhiHead, meta: dict[str, Any]) -> None:
     path.with_suffix(".json").write_text(json.dumps({"config": config, **meta}, indent=2) + "\n")
 
 
+def require(path: Path) -> Path:
+    """`path`, or FileNotFoundError saying how to make the checkpoint."""
+    if not path.with_suffix(".json").exists():
+        raise FileNotFoundError(f"no Train-Attention checkpoint at {path}.json: train one with `ckl train-attention`")
+    return path
+
+
 def load_checkpoint(path: Path) -> Checkpoint:
     meta = json.loads(path.with_suffix(".json").read_text())
     raw = meta.pop("config")
@@ -165,9 +172,7 @@ class TrainAttention:
 
     @classmethod
     def from_path(cls, model: nn.Module, path: Path) -> TrainAttention:
-        if not path.with_suffix(".json").exists():
-            raise FileNotFoundError(f"no Train-Attention checkpoint at {path}.json: train one with `ckl train-attention`")
-        return cls(model, load_checkpoint(path))
+        return cls(model, load_checkpoint(require(path)))
 
     @torch.no_grad()
     def weights(self, input_ids: list[int]) -> list[float]:

@@ -1,10 +1,15 @@
 """`ckl train-attention`: meta-train phi on (evidence, task) pairs of LAMA-ckl.
 
-Data: only invariant rows (invariant_descriptive + invariant_schematic) that the base model gets
-wrong (tailoring score 0, the benchmark's own cached scores): never variant_dev (the TO-LEARN pool)
-nor the invariant rows it gets right (the NOT-TO-FORGET pool). One pair per uuid (the two files share
-rows); the pairs are sorted by uuid and shuffled with the seed; the first `--val` are held out for
-validation, the rest train. The uuid lists' sha256 and the data files' sha256 go into the checkpoint.
+Data (`--rule`): always the invariant rows (invariant_descriptive + invariant_schematic) that the
+base model gets wrong (tailoring score 0, the benchmark's own cached scores), never the invariant
+rows it gets right (the NOT-TO-FORGET pool). `paper` (the default, the paper's protocol) stops there;
+`with-variant` adds the rows of variant_dev (the TO-LEARN pool's file): all of them (the packaged
+phi), or all but one of `--folds` folds (`--hold-out`, `--split uuid|group`, `--fold-seed`:
+workers/attention/folds.py), so that LAMA-ckl can weigh each TO-LEARN row with a phi that never saw
+it. One pair per uuid (the two invariant files share rows); the invariant pairs are sorted by uuid
+and shuffled with the seed; the first `--val` of them are held out for validation, the rest and the
+variant pairs train. The checkpoint's json records the data files' sha256, the rule, the uuids
+trained on and validated on, and for `with-variant` the split, k, the held-out fold and its uuids.
 With `--balance`, each training pair counts 1 / (training pairs with the same relation and answer): one
 (relation, answer) can make up a large share of the pairs, the same lesson over and over
 (docs/decisions.md: Count learning per (relation, answer)).
@@ -12,8 +17,9 @@ With `--balance`, each training pair counts 1 / (training pairs with the same re
 Per phi step, over a batch of pairs: weigh the document with phi, take one SGD step of a fresh
 adapter (LoRA on the frozen base model) on the weighted loss, score the task's answer tokens, and
 move phi along the meta-gradient (workers/attention/meta.py: `exact` or `first-order`). The trunk's
-features (and for first-order the alignments) are computed once and cached under --out, so an
-interrupted run resumes (`--resume`) from its last checkpoint without redoing them.
+features (and for first-order the alignments) are computed once per uuid and cached beside --out, so
+an interrupted run resumes (`--resume`) from its last checkpoint without redoing them, and phis of
+other folds reuse them.
 """
 from __future__ import annotations
 
@@ -36,11 +42,12 @@ from service.knowledge.scoring import encode_probe
 from service.model.loader import LoadedModel, load_model
 from service.settings import Settings
 from workers import lama_ckl, weighting
-from workers.attention import meta, phi
+from workers.attention import folds, meta, phi
 from workers.methods.adapter import AdapterMethod
 from workers.provenance import RESULTS_ROOT, git_commit
 
 VARIANTS = ("first-order", "exact")
+RULES = ("paper", "with-variant")
 
 
 @dataclass
@@ -61,6 +68,26 @@ class TrainConfig:
     balance: bool = False  # weigh pairs by 1 / (pairs sharing their relation and answer)
 
 
+@dataclass(frozen=True)
+class DataRule:
+    """Which variant_dev rows phi meta-trains on besides the invariant rows the base model gets wrong."""
+    rule: str = "paper"  # paper: none (the paper's protocol); with-variant: all, or all but fold `hold_out`
+    folds: int = 0  # 0: no fold held out
+    hold_out: int = 0
+    split: str = "uuid"
+    fold_seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.rule not in RULES:
+            raise ValueError(f"unknown rule {self.rule!r}: one of {', '.join(RULES)}")
+        if self.folds and self.rule != "with-variant":
+            raise ValueError("folds of variant_dev need the with-variant rule")
+        if self.folds and not 0 <= self.hold_out < self.folds:
+            raise ValueError(f"the held-out fold is one of 0..{self.folds - 1}")
+        if self.split not in folds.SPLITS:
+            raise ValueError(f"unknown split {self.split!r}: one of {', '.join(folds.SPLITS)}")
+
+
 @dataclass
 class MetaExample:
     uuid: str
@@ -71,17 +98,54 @@ class MetaExample:
 
 
 # -- data ------------------------------------------------------------------------------------------
-def meta_rows(loaded: LoadedModel, data: Path, results_root: Path, model: str) -> tuple[list[lama_ckl.Row], dict]:
+def variant_pool(data: Path) -> list[lama_ckl.Row]:
+    """Every variant_dev row, one per uuid, in uuid order: the pool the folds cut (here and in the benchmark)."""
+    return lama_ckl.once(sorted(lama_ckl.read_rows(lama_ckl.data_files(data)[0]), key=lambda r: r.uuid))
+
+
+def select_variant(pool: list[lama_ckl.Row], rule: DataRule) -> tuple[list[lama_ckl.Row], list[lama_ckl.Row]]:
+    """(trained on, held out) of the variant_dev pool under the rule."""
+    if rule.rule == "paper":
+        return [], []
+    if not rule.folds:
+        return pool, []
+    held_out = folds.make_folds(pool, rule.folds, rule.split, rule.fold_seed)[rule.hold_out]
+    held = {r.uuid for r in held_out}
+    return [r for r in pool if r.uuid not in held], held_out
+
+
+INVARIANT_RULE = "invariant rows the base model scores 0 on (teacher-forced task_descriptive), one per uuid"
+
+
+def variant_provenance(rule: DataRule, pool: list[lama_ckl.Row], trained: list[lama_ckl.Row],
+                       held_out: list[lama_ckl.Row]) -> dict[str, Any]:
+    folded = {"split": rule.split, "hold_out": rule.hold_out, "fold_seed": rule.fold_seed} if rule.folds else {}
+    return {"folds": rule.folds, **folded, "pool_rows": len(pool), "pool_uuids_sha256": uuids_digest(pool),
+            "trained_rows": len(trained), "trained_uuids_sha256": uuids_digest(trained),
+            "held_out_uuids_sha256": uuids_digest(held_out), "held_out_uuids": [r.uuid for r in held_out]}
+
+
+def meta_rows(loaded: LoadedModel, data: Path, results_root: Path, model: str,
+              rule: DataRule) -> tuple[list[lama_ckl.Row], list[lama_ckl.Row], dict]:
+    """(invariant rows the model gets wrong, variant_dev rows trained on, provenance)."""
     files = lama_ckl.data_files(data)
     invariant = lama_ckl.read_invariant(data)
     scores = lama_ckl.tailor_scores(loaded, invariant, lama_ckl.tailoring_cache(results_root, model, files))
     # One row per uuid: the two invariant files share identical rows, and a row in both would otherwise
     # be trained on twice, or land in training and validation at once.
     wrong = lama_ckl.once(sorted((r for r in invariant if scores[r.uuid] == 0.0), key=lambda r: r.uuid))
-    provenance = {"files": {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in files[1:]},
-                  "rule": "invariant rows the base model scores 0 on (teacher-forced task_descriptive), one per "
-                          "uuid; variant_dev and invariant rows scored 1 are never used"}
-    return wrong, provenance
+    used = files if rule.rule == "with-variant" else files[1:]
+    provenance: dict[str, Any] = {"files": {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in used},
+                                  "protocol": rule.rule}
+    if rule.rule == "paper":
+        provenance["rule"] = INVARIANT_RULE + "; variant_dev and invariant rows scored 1 are never used"
+        return wrong, [], provenance
+    pool = variant_pool(data)
+    trained, held_out = select_variant(pool, rule)
+    but = f" but fold {rule.hold_out} of {rule.folds} (by {rule.split}, seed {rule.fold_seed})" if rule.folds else ""
+    provenance["rule"] = f"{INVARIANT_RULE}, and the rows of variant_dev{but}; invariant rows scored 1 are never used"
+    provenance["variant_dev"] = variant_provenance(rule, pool, trained, held_out)
+    return wrong, trained, provenance
 
 
 def uuids_digest(rows: list[Any]) -> str:
@@ -185,18 +249,22 @@ def meta_step(head: phi.PhiHead, model: torch.nn.Module, batch: list[MetaExample
 
 
 def train(loaded: LoadedModel, train_config: TrainConfig, data: Path, out: Path, results_root: Path, model_name: str,
-          resume: bool, extra_train: Sequence[lama_ckl.Row] = ()) -> tuple[phi.PhiHead, dict[str, Any]]:
-    """`extra_train`: rows trained on besides the invariant ones (only `ckl bench phi-crossfit` passes any)."""
+          resume: bool, rule: DataRule = DataRule(),
+          extra_train: Sequence[lama_ckl.Row] = ()) -> tuple[phi.PhiHead, dict[str, Any]]:
+    """`extra_train`: rows trained on besides those of the rule (only `ckl bench phi-crossfit` passes any)."""
     loaded.model.set_attn_implementation("eager")  # the exact meta-gradient needs attention's double backward
     torch.manual_seed(train_config.seed)  # the adapter's A matrices, and phi's initial head
     method = AdapterMethod(loaded.model, loaded.tokenizer,
                            Settings(lora_rank=train_config.lora_rank, lora_alpha=train_config.lora_alpha))
     model = method.model
     config = phi.default_config(loaded.model)
-    rows, provenance = meta_rows(loaded, data, results_root, model_name)
-    rows = rows[:]
+    rows, variant_rows, provenance = meta_rows(loaded, data, results_root, model_name, rule)
     random.Random(train_config.seed).shuffle(rows)
-    val_rows, train_rows = rows[: train_config.val], rows[train_config.val :] + list(extra_train)
+    val_rows = rows[: train_config.val]
+    # Validation stays on invariant rows; a row in more than one source trains once and never validates.
+    train_rows = lama_ckl.once(val_rows + rows[train_config.val :] + variant_rows + list(extra_train))[len(val_rows):]
+    if extra_train:
+        provenance["rule"] += f"; and {len(extra_train)} rows the caller chose (in train_uuids)"
     provenance.update({"train_pairs": len(train_rows), "val_pairs": len(val_rows),
                        "train_uuids_sha256": uuids_digest(train_rows), "val_uuids_sha256": uuids_digest(val_rows),
                        "val_uuids": [r.uuid for r in val_rows], "train_uuids": [r.uuid for r in train_rows]})
@@ -264,6 +332,24 @@ def train(loaded: LoadedModel, train_config: TrainConfig, data: Path, out: Path,
                   "train_seconds": round(state["seconds"], 1)}
 
 
+def train_and_save(loaded: LoadedModel, train_config: TrainConfig, rule: DataRule, data: Path, out: Path,
+                   results_root: Path, model_name: str, destination: Path, command: str, resume: bool = False) -> None:
+    """Meta-train phi under `rule` and write it with its manifest: `ckl train-attention`, and the benchmark's
+    cross-fitted phis (bench/lama_ckl/phis.py)."""
+    head, record = train(loaded, train_config, data, out, results_root, model_name, resume, rule)
+    phi.save_checkpoint(destination, head, {
+        "base_model": phi.fingerprint(loaded.model), "model": model_name, "variant": train_config.variant,
+        "command": command, "git_commit": git_commit(), "train": asdict(train_config), **record})
+
+
+def run_name(variant: str, rule: DataRule) -> str:
+    """The run folder's name: one per variant and rule, so runs of different data never resume each other."""
+    if rule.rule == "paper":
+        return variant
+    return f"{variant}-{rule.rule}" + (f"-{rule.split}-k{rule.folds}-seed{rule.fold_seed}-fold{rule.hold_out}"
+                                       if rule.folds else "")
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="ckl train-attention", description=__doc__.split("\n")[0])
     defaults = TrainConfig()
@@ -275,21 +361,33 @@ def main(argv: list[str]) -> None:
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     parser.add_argument("--balance", action="store_true", help="weigh each pair by 1 / (pairs with its relation "
                         "and answer)")
+    parser.add_argument("--rule", choices=RULES, default="paper", help="paper: invariant rows only (the paper's "
+                        "protocol); with-variant: also the rows of variant_dev (the TO-LEARN pool)")
+    parser.add_argument("--folds", type=int, default=0, help="with-variant: cut variant_dev into K folds and hold "
+                        "one out (default 0: train on all of it)")
+    parser.add_argument("--hold-out", type=int, default=0, help="with --folds: the fold left out (0..K-1)")
+    parser.add_argument("--split", choices=folds.SPLITS, default="uuid", help="with --folds: by uuid, or by "
+                        "(relation, answer) group")
+    parser.add_argument("--fold-seed", type=int, default=0, help="with --folds: the folds' seed")
     parser.add_argument("--data", type=Path, default=lama_ckl.DEFAULT_DATA)
-    parser.add_argument("--out", type=Path, help="run folder (default bench-results/train-attention/<variant>)")
-    parser.add_argument("--checkpoint", type=Path, help="where the trained phi goes (default: the packaged one)")
+    parser.add_argument("--out", type=Path, help="run folder (default bench-results/train-attention/<variant>, "
+                        "and the rule and fold after it)")
+    parser.add_argument("--checkpoint", type=Path, help="where the trained phi goes (default: the packaged one; "
+                        "with --folds, phi in the run folder)")
     parser.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
     args = parser.parse_args(argv)
     train_config = TrainConfig(**{k: getattr(args, k) for k in asdict(defaults) if hasattr(args, k)})
+    try:
+        rule = DataRule(args.rule, args.folds, args.hold_out, args.split, args.fold_seed)
+    except ValueError as e:
+        parser.error(str(e))
     if not args.data.is_dir():
         raise SystemExit(f"no LAMA-ckl data in {args.data}: pass --data")
     results_root = RESULTS_ROOT
-    out = args.out or results_root / "train-attention" / args.variant
+    out = args.out or results_root / "train-attention" / run_name(args.variant, rule)
+    # A phi that held a fold out is for cross-fitting, never the packaged one.
+    destination = args.checkpoint or (out / "phi" if rule.folds else phi.packaged_checkpoint(args.model, args.variant))
     loaded = load_model(Settings(model=args.model))
-    head, record = train(loaded, train_config, args.data, out, results_root, args.model, args.resume)
-    destination = args.checkpoint or phi.packaged_checkpoint(args.model, args.variant)
-    phi.save_checkpoint(destination, head, {
-        "base_model": phi.fingerprint(loaded.model), "model": args.model, "variant": args.variant,
-        "command": "ckl train-attention " + " ".join(argv), "git_commit": git_commit(),
-        "train": asdict(train_config), **record})
+    train_and_save(loaded, train_config, rule, args.data, out, results_root, args.model, destination,
+                   "ckl train-attention " + " ".join(argv), args.resume)
     print(f"phi written to {destination}.safetensors (+ .json); curve in {out / 'curve.json'}")
