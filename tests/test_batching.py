@@ -6,18 +6,15 @@ from collections.abc import Callable
 from types import SimpleNamespace
 
 import pytest
-import torch
 
 from service.answers import Answers
 from service.errors import ApiError
-from service.knowledge import adapter
 from service.metrics import Metrics
 from service.model.batching import Scheduler
 from service.model.generation import Generation, SamplingParams, generate, stream
 from service.model.serving import ServingModel
-from service.settings import Settings
+from tests.test_serving import SETTINGS, random_adapter
 
-SETTINGS = Settings(lora_rank=4, lora_alpha=8)
 WINDOW = 16  # the tiny model's sliding window (tests/tiny.py)
 
 
@@ -59,13 +56,6 @@ def submitted(scheduler: Scheduler, start: Callable[[], threading.Thread], threa
         threads.append(start())
         until(lambda: scheduler.waiting() > before)
     return hook
-
-
-def random_adapter(serving: ServingModel, seed: int) -> dict[str, adapter.LoraState]:
-    gen = torch.Generator().manual_seed(seed)
-    state = adapter.read_state(serving.methods["adapter"].peft, "v0")
-    tensors = {k: torch.randn(v.shape, generator=gen) * 0.5 for k, v in state.items()}
-    return {"adapter": adapter.LoraState(tensors, adapter.config_to_dict(adapter.lora_config(4, 8)))}
 
 
 def test_batched_decoding_gives_every_request_its_one_at_a_time_tokens(tiny):
