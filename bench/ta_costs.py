@@ -6,20 +6,17 @@
 2. Logits only where phi's weight is above the threshold: the same batches, weights and adapter;
    (a) weights below the threshold set to 0, so only the other positions get logits over the 262k
    vocabulary, (b) every position gets logits. Median seconds of forward + backward per batch.
-3. Each packaged phi on the invented facts of bench/facts.jsonl: where the answer ranks among the
-   document's tokens by weight (new facts are what the service is taught).
+(Where each phi puts its weight in the invented facts the service is taught: `ckl bench phi-facts`.)
 """
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
 
 import torch
 
-from bench.teach import FACTS
 from service.knowledge.scoring import decoder_and_head
 from service.model.loader import load_model
 from service.settings import Settings
@@ -58,20 +55,6 @@ def trunk_seconds(model: torch.nn.Module, documents: list[list[int]]) -> tuple[f
     return statistics.median(frozen), statistics.median(trained)
 
 
-def answer_ranks(model: torch.nn.Module, tokenizer, variant: str) -> list[int]:
-    """For each invented fact of bench/facts.jsonl: the rank (0 = most weighted) of its answer's best token."""
-    phi = TrainAttention.from_path(model, packaged_checkpoint(Settings().model, variant))
-    ranks = []
-    for line in FACTS.read_text().splitlines():
-        fact = json.loads(line)
-        enc = tokenizer(fact["text"], return_offsets_mapping=True)
-        mask = weighting.oracle(enc["offset_mapping"], fact["text"], [fact["probe"]["answer"]])
-        weights = phi.weights(enc["input_ids"])
-        order = sorted(range(len(weights)), key=lambda i: -weights[i])
-        ranks.append(min(order.index(i) for i, m in enumerate(mask) if m))
-    return ranks
-
-
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="ckl bench ta-costs", description=__doc__.split("\n")[0])
     parser.add_argument("--docs", type=int, default=32, help="variant_dev evidence passages")
@@ -103,10 +86,6 @@ def main(argv: list[str]) -> None:
         step_seconds(method, chunks(full)[:1], 1)  # warm-up
         cut = step_seconds(method, chunks(thresholded), args.repeats)
         every = step_seconds(method, chunks(full), args.repeats)
-    for variant in ("first-order", "exact"):
-        ranks = answer_ranks(method.model, loaded.tokenizer, variant)
-        print(f"{variant} phi on the {len(ranks)} invented facts of bench/facts.jsonl: answer is the most weighted "
-              f"token in {sum(r == 0 for r in ranks)}, in the top 3 in {sum(r < 3 for r in ranks)}")
     print(f"phi trunk per document (frozen, no grad): {trunk_pass:.3f} s; "
           f"forward + backward through the trunk: {trunk_train:.3f} s (x{trunk_train / trunk_pass:.1f})")
     print(f"{len(rows)} documents, batches of {args.batch_size}, <= {args.max_tokens} tokens, threshold {args.threshold}")
