@@ -150,7 +150,7 @@ def test_the_guard_refuses_a_phi_trained_on_an_evaluated_row(lama, monkeypatch):
         bench(lama, monkeypatch, phis.as_is, paper=lama["phis"]["paper"], all=lama["phis"]["all"])
     variant, invariant = lama_ckl.read_pools(lama["data"])
     spec = run.MethodSpec("adapter", "train_attention", 3e-4, phi_checkpoint=str(lama["phis"]["all"]))
-    with pytest.raises(SystemExit, match="meta-trained on 3 of the 3"):  # a caller of one method (phi-crossfit)
+    with pytest.raises(SystemExit, match="meta-trained on 3 of the 3"):  # run_method called on its own
         run.run_method("taalm-all", run.Config(model="tiny"), tiny_loaded, variant[:3], invariant[:2], spec=spec)
     results = bench(lama, monkeypatch, phis.as_is, paper=lama["phis"]["paper"], bare=lama["phis"]["bare"])
     assert [m["phis"] for m in results["methods"]] == [{str(lama["phis"]["paper"]): 6}, {str(lama["phis"]["bare"]): 6}]

@@ -3,7 +3,7 @@ on the tiny model, and the packaged checkpoint on the real model."""
 import pytest
 import torch
 
-from bench import phi_crossfit, phi_transfer
+from bench import phi_transfer
 from service.settings import Settings
 from workers import weighting
 from workers.attention import meta, phi, show
@@ -214,11 +214,3 @@ def test_packaged_phis_never_trained_on_a_validation_document(variant):
     train, val = data["train_uuids"], data["val_uuids"]
     assert len(set(train)) == len(train) == data["train_pairs"] and len(set(val)) == len(val) == data["val_pairs"]
     assert set(train).isdisjoint(val)
-
-
-def test_crossfit_halves_hold_out_what_they_do_not_train_on():
-    pool = list(range(7))
-    for fold in (0, 1):
-        trained_on, held_out = phi_crossfit.halves(pool, fold)
-        assert sorted(trained_on + held_out) == pool and not set(trained_on) & set(held_out)
-    assert phi_crossfit.halves(pool, 0) == ([0, 2, 4, 6], [1, 3, 5])

@@ -40,7 +40,7 @@ class MethodSpec:
     weighting: str  # uniform | oracle | rho1 | train_attention
     learning_rate: float
     phi_variant: str | None = None  # for train_attention: which packaged phi (meta-gradient variant)
-    phi_checkpoint: str | None = None  # for train_attention: a phi outside the package instead (ckl bench phi-crossfit)
+    phi_checkpoint: str | None = None  # for train_attention: a phi outside the package instead
 
 
 # The benchmark's registry; sparse memory adds entries here.

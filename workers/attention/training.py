@@ -30,7 +30,6 @@ import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -249,9 +248,7 @@ def meta_step(head: phi.PhiHead, model: torch.nn.Module, batch: list[MetaExample
 
 
 def train(loaded: LoadedModel, train_config: TrainConfig, data: Path, out: Path, results_root: Path, model_name: str,
-          resume: bool, rule: DataRule = DataRule(),
-          extra_train: Sequence[lama_ckl.Row] = ()) -> tuple[phi.PhiHead, dict[str, Any]]:
-    """`extra_train`: rows trained on besides those of the rule (only `ckl bench phi-crossfit` passes any)."""
+          resume: bool, rule: DataRule = DataRule()) -> tuple[phi.PhiHead, dict[str, Any]]:
     loaded.model.set_attn_implementation("eager")  # the exact meta-gradient needs attention's double backward
     torch.manual_seed(train_config.seed)  # the adapter's A matrices, and phi's initial head
     method = AdapterMethod(loaded.model, loaded.tokenizer,
@@ -262,9 +259,7 @@ def train(loaded: LoadedModel, train_config: TrainConfig, data: Path, out: Path,
     random.Random(train_config.seed).shuffle(rows)
     val_rows = rows[: train_config.val]
     # Validation stays on invariant rows; a row in more than one source trains once and never validates.
-    train_rows = lama_ckl.once(val_rows + rows[train_config.val :] + variant_rows + list(extra_train))[len(val_rows):]
-    if extra_train:
-        provenance["rule"] += f"; and {len(extra_train)} rows the caller chose (in train_uuids)"
+    train_rows = lama_ckl.once(val_rows + rows[train_config.val :] + variant_rows)[len(val_rows):]
     provenance.update({"train_pairs": len(train_rows), "val_pairs": len(val_rows),
                        "train_uuids_sha256": uuids_digest(train_rows), "val_uuids_sha256": uuids_digest(val_rows),
                        "val_uuids": [r.uuid for r in val_rows], "train_uuids": [r.uuid for r in train_rows]})
