@@ -49,6 +49,11 @@ def assert_each_document_committed_once(data: Path, document_ids: list[str]) -> 
     return manifests
 
 
+def held_documents(data: Path) -> set[str]:
+    store = VersionStore(data / "versions")
+    return {d for v in store.versions()[1:] for d in store.manifest(v)["documents"]}
+
+
 def test_a_worker_killed_at_every_point_of_a_job_loses_nothing_and_commits_each_document_once(
         tiny_model_dir, redis_url, tmp_path):
     data = tmp_path / "data"
@@ -89,11 +94,6 @@ def test_a_worker_killed_at_every_point_of_a_job_loses_nothing_and_commits_each_
         server.kill(signal.SIGTERM)
         for worker in workers:
             worker.kill()
-
-
-def held_documents(data: Path) -> set[str]:
-    store = VersionStore(data / "versions")
-    return {d for v in store.versions()[1:] for d in store.manifest(v)["documents"]}
 
 
 class RedisProcess:
