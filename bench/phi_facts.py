@@ -16,7 +16,7 @@ from service.settings import Settings
 from workers import weighting
 from workers.attention.phi import TrainAttention, packaged_checkpoint
 
-PACKAGED = ("first-order", "first-order-paper", "exact")
+PACKAGED = ("answer", "answer-paper", "first-order", "first-order-paper", "exact")
 
 
 def answer_rank(weights: list[float], mask: list[float]) -> int:

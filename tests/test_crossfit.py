@@ -98,7 +98,7 @@ def lama(tmp_path_factory):
                                 made[name], f"test {name}")
     loaded = tiny_loaded()
     made["bare"] = root / "phis" / "bare"
-    phi.save_checkpoint(made["bare"], phi.PhiHead(phi.default_config(loaded.model)),
+    phi.save_checkpoint(made["bare"], phi.make_head(phi.default_config(loaded.model)),
                         {"base_model": phi.fingerprint(loaded.model)})
     return {"data": data, "results": results, "phis": made, "nf": {f"i{i}" for i in range(6)}}
 
@@ -168,7 +168,8 @@ def test_a_crossfitted_run_weighs_each_row_with_the_phi_that_never_saw_it(lama, 
     for uuid, checkpoint in assignment.items():
         made = manifest(checkpoint)
         assert uuid in made["data"]["variant_dev"]["held_out_uuids"] and uuid not in phis.seen_uuids(checkpoint)
-        assert made["train"] == manifest(lama["phis"]["all"])["train"]  # the packaged phi's training, a fold less
+        packaged = manifest(lama["phis"]["all"])["train"]  # the packaged phi's training, a fold less, validated once
+        assert made["train"] == {**packaged, "validate_every": packaged["steps"]}
     # A second run finds the fold phis in the cache instead of training them again.
     stamps = {c: c.with_suffix(".safetensors").stat().st_mtime_ns for c in set(assignment.values())}
     assert crossfit(lama["phis"]["all"], evaluated) == assignment

@@ -26,17 +26,40 @@ def pair(tiny, text=FACT, task=TASK) -> meta.Pair:
     return meta.Pair(tiny.tokenizer(text)["input_ids"], ids, start)
 
 
-def test_phi_gives_one_weight_in_0_1_per_token_and_none_to_position_0(tiny):
-    config = phi.default_config(tiny.model)
-    assert config.layers == (0, 1, 2)
+@pytest.mark.parametrize("head_kind", phi.HEADS)
+def test_phi_gives_one_weight_in_0_1_per_token_and_none_to_position_0(tiny, head_kind):
+    config = phi.default_config(tiny.model, head_kind)
+    assert config.layers == (0, 1, 2) and config.head == head_kind
     ids = tiny.tokenizer(FACT)["input_ids"]
     features = phi.trunk_features(tiny.model, ids, config)
     assert features.shape == (len(ids), 3 * tiny.model.config.hidden_size)
-    head = phi.PhiHead(config)
+    head = phi.make_head(config)
     ckpt = phi.Checkpoint(config, head.state_dict(), {"base_model": phi.fingerprint(tiny.model)})
     weights = phi.TrainAttention(tiny.model, ckpt).weights(ids)
     assert len(weights) == len(ids) and weights[0] == 0.0
     assert all(0.0 < w < 1.0 for w in weights[1:])
+
+
+def test_layers_are_spread_evenly_up_the_trunk_and_end_at_its_top():
+    from types import SimpleNamespace
+
+    gemma_270m = SimpleNamespace(config=SimpleNamespace(num_hidden_layers=18, hidden_size=640))
+    assert phi.default_config(gemma_270m, n_layers=9).layers == (2, 4, 6, 8, 10, 12, 14, 16, 18)
+    assert phi.default_config(gemma_270m, n_layers=3).layers == (6, 12, 18)  # the first packaged phis'
+
+
+def test_the_attention_head_reads_what_follows_a_token_and_the_mlp_head_does_not(tiny):
+    ids = tiny.tokenizer(FACT)["input_ids"]
+    for head_kind, sees_ahead in (("attention", True), ("mlp", False)):
+        config = phi.default_config(tiny.model, head_kind)
+        torch.manual_seed(0)
+        head = phi.make_head(config)
+        features = phi.trunk_features(tiny.model, ids, config)
+        changed = features.clone()
+        changed[-1] = torch.randn_like(changed[-1])  # only the last token differs
+        with torch.no_grad():
+            moved = (head(features)[:-1] - head(changed)[:-1]).abs().max()
+        assert (moved > 1e-6) == sees_ahead, head_kind
 
 
 def test_a_long_text_is_weighed_in_overlapping_windows_without_dropping_a_token(tiny):
@@ -52,6 +75,18 @@ def test_a_long_text_is_weighed_in_overlapping_windows_without_dropping_a_token(
     # The first window's tokens have the same features as a pass over that window alone.
     alone = phi.trunk_features(tiny.model, ids[:6], config)
     assert torch.allclose(features[:6], alone, atol=1e-5)
+
+
+def test_the_attention_head_weighs_a_long_text_window_by_window(tiny):
+    config = phi.PhiConfig(layers=(1, 2), hidden_size=tiny.model.config.hidden_size, window=6, overlap=2,
+                           head="attention")
+    torch.manual_seed(0)
+    head = phi.make_head(config)
+    ta = phi.TrainAttention(tiny.model, phi.Checkpoint(config, head.state_dict(), {"base_model": phi.fingerprint(tiny.model)}))
+    ids = tiny.tokenizer(" ".join([FACT] * 4))["input_ids"]
+    weights = ta.weights(ids)
+    assert len(weights) == len(ids) and all(0.0 < w < 1.0 for w in weights[1:])
+    assert weights[1:6] == pytest.approx(ta.weights(ids[:6])[1:], abs=1e-6)  # the first window, as if alone
 
 
 def test_exact_meta_gradient_equals_finite_differences(tiny):
@@ -71,6 +106,46 @@ def test_exact_meta_gradient_equals_finite_differences(tiny):
         assert grad[t].item() == pytest.approx(float(up - down) / (2 * h), rel=2e-3, abs=1e-7)
     assert float(grad[0]) == 0.0  # position 0 is never predicted
     assert grad[1:].abs().max() > 1e-6
+
+
+def test_the_meta_gradient_of_the_attention_heads_parameters_equals_finite_differences(tiny):
+    """Through the whole chain: head parameters -> weights -> one weighted inner step -> the task's loss."""
+    model = adapter_model(tiny, torch.float64)
+    theta = meta.adapter_params(model)
+    p = pair(tiny)
+    config = phi.default_config(tiny.model, "attention")
+    features = phi.trunk_features(model, p.doc_ids, config).double()
+    torch.manual_seed(0)
+    head = phi.make_head(config).double()
+
+    def outer() -> torch.Tensor:
+        return meta.exact_outer_loss(model, theta, p, head(features), lr=0.5)
+
+    params = dict(head.named_parameters())
+    grads = dict(zip(params, torch.autograd.grad(outer(), list(params.values()))))
+    # Gemma's norms compute in float32 even in a float64 model, so the loss carries float32 rounding: check each
+    # tensor's two largest partial derivatives, which stand well above that noise.
+    h = 1e-3
+    checked = 0
+    for name in ("proj.weight", "qkv.weight", "mix.weight", "ff.0.weight", "out.weight", "out.bias"):
+        flat = params[name].data.view(-1)
+        for i in grads[name].view(-1).abs().topk(min(2, flat.numel())).indices.tolist():
+            saved = float(flat[i])
+            flat[i] = saved + h
+            up = float(outer())
+            flat[i] = saved - h
+            down = float(outer())
+            flat[i] = saved
+            assert grads[name].view(-1)[i].item() == pytest.approx((up - down) / (2 * h), rel=1e-2, abs=1e-6), name
+            checked += 1
+    assert checked == 11 and max(float(g.abs().max()) for g in grads.values()) > 1e-6
+
+
+def test_the_answer_objective_is_lowest_on_the_answer_tokens():
+    mask = torch.tensor([0.0, 0.0, 1.0, 1.0, 0.0])
+    on_answer = meta.answer_objective(torch.tensor([0.0, 0.1, 0.9, 0.9, 0.1]), mask)
+    assert on_answer < meta.answer_objective(torch.full((5,), 0.5), mask)
+    assert on_answer < meta.answer_objective(torch.tensor([0.0, 0.9, 0.1, 0.1, 0.9]), mask)
 
 
 def test_first_order_alignment_is_the_gradient_dot_product(tiny):
@@ -100,15 +175,17 @@ def test_first_order_alignment_is_the_gradient_dot_product(tiny):
     assert at_targets < meta.first_order_objective(torch.full_like(targets, 0.5), aligned)
 
 
-def test_a_few_exact_meta_steps_reduce_the_outer_loss(tiny):
+# The attention head's weights move together over a document: at the mlp's rate they saturate in a few steps.
+@pytest.mark.parametrize(("head_kind", "lr"), [("attention", 3e-3), ("mlp", 3e-2)])
+def test_a_few_exact_meta_steps_reduce_the_outer_loss(tiny, head_kind, lr):
     model = adapter_model(tiny)
     theta = meta.adapter_params(model)
     pairs = [pair(tiny), pair(tiny, "a city in italy is rome and the maker was founded", ("city in italy is", "rome"))]
-    config = phi.default_config(tiny.model)
+    config = phi.default_config(tiny.model, head_kind)
     features = [phi.trunk_features(model, p.doc_ids, config) for p in pairs]
     torch.manual_seed(0)
-    head = phi.PhiHead(config)
-    optimizer = torch.optim.AdamW(head.parameters(), lr=3e-2)
+    head = phi.make_head(config)
+    optimizer = torch.optim.AdamW(head.parameters(), lr=lr)
 
     def outer() -> float:
         return sum(meta.outer_loss_after_step(model, theta, p, head(f), 0.5) for p, f in zip(pairs, features))
@@ -123,7 +200,7 @@ def test_a_few_exact_meta_steps_reduce_the_outer_loss(tiny):
 
 def test_a_checkpoint_round_trips_and_one_for_another_model_is_refused(tiny, tmp_path):
     config = phi.default_config(tiny.model)
-    head = phi.PhiHead(config)
+    head = phi.make_head(config)
     phi.save_checkpoint(tmp_path / "phi", head, {"base_model": phi.fingerprint(tiny.model)})
     loaded = phi.TrainAttention.from_path(tiny.model, tmp_path / "phi")
     assert all(torch.equal(a, b) for a, b in zip(head.state_dict().values(), loaded.head.state_dict().values()))
@@ -163,6 +240,16 @@ def test_object_share_and_top_token_ignore_position_0():
     assert phi_transfer.top_is_object([9.0, 1.0, 3.0, 0.0], mask)
     assert not phi_transfer.top_is_object([0.0, 0.2, 0.1, 0.3], mask)
     assert phi_transfer.object_share([0.0, 0.0, 0.0, 0.0], mask) == 0.0
+
+
+def test_phi_heads_judges_a_weighing_by_the_answer_found_and_its_share():
+    from bench import phi_heads
+
+    answer = torch.tensor([0.0, 0.0, 1.0, 0.0, 0.0])
+    # position 0 never counts; 0.05 falls under the threshold (0.1 of the largest), so the share is 0.6 / 0.8
+    assert phi_heads.judged(torch.tensor([0.9, 0.2, 0.6, 0.05, 0.0]), answer, 0.1) == (True, True, pytest.approx(0.75))
+    first, top3, share = phi_heads.judged(torch.tensor([0.0, 0.9, 0.1, 0.8, 0.7]), answer, 0.5)
+    assert (first, top3, share) == (False, False, 0.0)
 
 
 def test_weights_render_in_the_terminal_html_and_png(tmp_path):
@@ -207,7 +294,7 @@ def test_packaged_phi_weighs_object_tokens_above_the_rest(real_phi):
     assert ratio >= 3.0, ratio
 
 
-@pytest.mark.parametrize("variant", ["first-order", "exact"])
+@pytest.mark.parametrize("variant", ["answer", "answer-paper", "first-order", "exact"])
 def test_packaged_phis_never_trained_on_a_validation_document(variant):
     """The split is by uuid (the two invariant files share rows): no uuid is in both lists or twice in one."""
     data = phi.load_checkpoint(phi.packaged_checkpoint("default", variant)).meta["data"]

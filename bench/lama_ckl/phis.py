@@ -14,13 +14,15 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from service.model.loader import LoadedModel
 from workers.attention import folds, phi, training
 from workers.lama_ckl import Row, data_files, file_digest
 
+# The settings of phis written before the head and its layers were training settings.
+OLD_HEAD = {"head": "mlp", "trunk_layers": 3}
 Assignment = dict[str, Path]  # uuid -> the phi checkpoint (path without suffix) that weighs the row
 Assign = Callable[[Path, list[Row]], Assignment]
 
@@ -67,7 +69,9 @@ class CrossFit:
     def __call__(self, checkpoint: Path, rows: list[Row]) -> Assignment:
         if seen_uuids(checkpoint).isdisjoint(r.uuid for r in rows):
             return as_is(checkpoint, rows)
-        config = training.TrainConfig(**phi.load_checkpoint(checkpoint).meta["train"])
+        config = training.TrainConfig(**{**OLD_HEAD, **phi.load_checkpoint(checkpoint).meta["train"]})
+        # Validation never changes phi (nothing stops early on it), and most of a fold phi's time went to it.
+        config = replace(config, validate_every=config.steps)
         pool_folds = folds.make_folds(training.variant_pool(self.data), self.k, self.split, self.seed)
         fold_of = folds.fold_index(pool_folds)
         outside = [r.uuid for r in rows if r.uuid not in fold_of]

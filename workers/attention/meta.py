@@ -16,6 +16,11 @@ task. Two ways to get d(outer)/d(weights):
   `-sum(w a) / sum(w)`): that objective is linear in the weights, so it pushes every weight but the
   single best token's to zero, and phi then taught worse than uniform weights (docs/decisions.md:
   First-order phi learns usefulness targets).
+
+A third target needs no gradient at all (`answer`): the task's answer tokens in the document, the
+tokens whose learning the task measures. The first-order targets are the first-order estimate of the
+same thing, and their most useful token is an answer token in about three rows in four; phi learns
+the answer's place better from the answer itself (docs/decisions.md: phi learns where the answer is).
 """
 from __future__ import annotations
 
@@ -59,9 +64,11 @@ def next_token_nll(model: nn.Module, params: Params, ids: list[int], first: int 
 
 
 def weighted_loss(model: nn.Module, params: Params, doc_ids: list[int], weights: torch.Tensor) -> torch.Tensor:
-    """sum_t w_t l_t / sum_t w_t over the predicted tokens (weights[0] is ignored)."""
+    """sum_t w_t l_t / sum_t w_t over the predicted tokens (weights[0] is ignored). The loss does not change when
+    every weight is scaled, so nothing stops the exact meta-gradient from driving a document's weights all
+    towards 0; the floor under the sum keeps that a loss of 0 (nothing learned) instead of 0 / 0."""
     w = weights[1:].to(next(iter(params.values())).device)
-    return (w * next_token_nll(model, params, doc_ids)).sum() / w.sum()
+    return (w * next_token_nll(model, params, doc_ids)).sum() / w.sum().clamp_min(1e-12)
 
 
 def task_loss(model: nn.Module, params: Params, pair: Pair) -> torch.Tensor:
@@ -107,3 +114,9 @@ def first_order_objective(weights: torch.Tensor, alignment: torch.Tensor) -> tor
     """Binary cross-entropy of phi's weights against the usefulness targets, over predicted tokens."""
     targets = usefulness_targets(alignment).to(weights)
     return nn.functional.binary_cross_entropy(weights[1:].clamp(1e-6, 1 - 1e-6), targets[1:])
+
+
+def answer_objective(weights: torch.Tensor, answer_mask: torch.Tensor) -> torch.Tensor:
+    """Binary cross-entropy of phi's weights against 1 on the task's answer tokens in the document, 0
+    elsewhere, over predicted tokens."""
+    return nn.functional.binary_cross_entropy(weights[1:].clamp(1e-6, 1 - 1e-6), answer_mask[1:].to(weights))

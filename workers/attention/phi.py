@@ -1,18 +1,23 @@
 """phi, the Train-Attention model: one weight in (0, 1) for every token of a text.
 
-The trunk is the frozen base model itself: phi reads the hidden states of three of its layers
-(a third, two thirds and all the way up) and a small head turns them into `sigmoid(head(h))`.
-Why this trunk (docs/decisions.md: phi reads the frozen base model): the worker already holds the
-base model, so phi costs one forward pass of it and a ~120k-parameter head, not a second LM; the
-trunk's features can be computed once per document and reused over every meta-training epoch; and
-the checkpoint is only the head (0.5 MB). A weight belongs to the predicted token, so position 0
-(never predicted) always gets 0.
+The trunk is the frozen base model itself: phi reads the layer-normalised hidden states of several of
+its layers and a small head turns them into `sigmoid(head(h))`. Why this trunk (docs/decisions.md:
+phi reads the frozen base model): the worker already holds the base model, so phi costs one forward
+pass of it and a small head, not a second LM; the trunk's features can be computed once per document
+and reused over every meta-training epoch; and the checkpoint is only the head (about 1.5 MB).
+Two heads (docs/decisions.md: phi's head attends over the document):
+- `attention` (the default): a projection, then one bidirectional self-attention block over the whole
+  document, so a token's weight can depend on what comes after it (the trunk is causal: the state at
+  an answer's last token has not seen the full stop that ends the clause);
+- `mlp`: each token on its own (the first packaged phis).
+A weight belongs to the predicted token, so position 0 (never predicted) always gets 0.
 """
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,10 +31,11 @@ from transformers import PreTrainedModel
 from service.knowledge.memory import ProductKeyMemory
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
-# The packaged phi the learner uses. Both ship; `CKL_TRAIN_ATTENTION_CHECKPOINT` picks the other. This
-# one weighs the answer most in more of the invented facts the service is taught than the exact one
-# (docs/decisions.md: First-order phi is the default).
-DEFAULT_VARIANT = "first-order"
+# The packaged phi the learner uses; `CKL_TRAIN_ATTENTION_CHECKPOINT` picks another (the first-order and
+# exact phis, and the paper-protocol ones, ship beside it). It teaches more LAMA-ckl rows, cross-fitted,
+# and weighs the answers of the invented facts more (docs/decisions.md: phi learns where the answer is).
+DEFAULT_VARIANT = "answer"
+HEADS = ("attention", "mlp")
 
 
 def packaged_checkpoint(model: str, variant: str = DEFAULT_VARIANT) -> Path:
@@ -48,11 +54,15 @@ class PhiConfig:
     head_size: int = 64
     window: int = 512  # tokens per trunk pass; longer texts are weighed in overlapping windows
     overlap: int = 128
+    head: str = "mlp"  # one of HEADS; checkpoints written before there was a choice are mlp
 
 
-def default_config(model: PreTrainedModel) -> PhiConfig:
+def default_config(model: PreTrainedModel, head: str = "attention", n_layers: int = 9) -> PhiConfig:
+    """`n_layers` hidden states evenly spaced up the trunk, ending at its last layer (9 of Gemma 3 270M's 18:
+    every other one; 3: a third, two thirds and the top)."""
     n = model.config.num_hidden_layers
-    return PhiConfig(layers=(n // 3, 2 * n // 3, n), hidden_size=model.config.hidden_size)
+    layers = tuple(sorted({round(n * (i + 1) / n_layers) for i in range(n_layers)}))
+    return PhiConfig(layers=layers, hidden_size=model.config.hidden_size, head=head)
 
 
 def fingerprint(model: PreTrainedModel) -> dict[str, Any]:
@@ -65,8 +75,8 @@ def fingerprint(model: PreTrainedModel) -> dict[str, Any]:
             "vocab_size": cfg.vocab_size, "embedding_sha256": hashlib.sha256(rows.numpy().tobytes()).hexdigest()[:16]}
 
 
-class PhiHead(nn.Module):
-    """Per-layer normalised hidden states -> MLP -> one logit per token."""
+class MlpHead(nn.Module):
+    """Per-layer normalised hidden states -> MLP -> one logit per token, each token on its own."""
 
     def __init__(self, config: PhiConfig) -> None:
         super().__init__()
@@ -78,6 +88,48 @@ class PhiHead(nn.Module):
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         """features [..., layers * hidden] -> weights [...] in (0, 1)."""
         return torch.sigmoid(self.mlp(features).squeeze(-1))
+
+
+class AttentionHead(nn.Module):
+    """Per-layer normalised hidden states -> projection -> one pre-norm self-attention block over every
+    token of the document (no causal mask) -> one logit per token. The attention is written out rather
+    than taken from nn.MultiheadAttention so that the exact meta-gradient can differentiate it twice."""
+
+    HEADS = 4
+
+    def __init__(self, config: PhiConfig) -> None:
+        super().__init__()
+        self.config = config
+        d = config.head_size
+        self.proj = nn.Linear(len(config.layers) * config.hidden_size, d)
+        self.norm_attend, self.qkv, self.mix = nn.LayerNorm(d), nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.norm_ff = nn.LayerNorm(d)
+        self.ff = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+        self.out = nn.Linear(d, 1)
+        nn.init.zeros_(self.out.bias)  # every weight starts near 0.5
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        """features [tokens, layers * hidden] (one document) -> weights [tokens] in (0, 1)."""
+        h = nn.functional.gelu(self.proj(features))
+        h = h + self.mix(attend(self.qkv(self.norm_attend(h)), self.HEADS))
+        h = h + self.ff(self.norm_ff(h))
+        return torch.sigmoid(self.out(h).squeeze(-1))
+
+
+def attend(qkv: torch.Tensor, heads: int) -> torch.Tensor:
+    """Multi-head softmax attention of every token over every token: qkv [tokens, 3 * d] -> [tokens, d]."""
+    q, k, v = qkv.unflatten(-1, (3, heads, -1)).unbind(-3)  # each [tokens, heads, d / heads]
+    scores = torch.einsum("qhc,khc->hqk", q, k) / math.sqrt(q.shape[-1])
+    return torch.einsum("hqk,khc->qhc", scores.softmax(-1), v).flatten(-2)
+
+
+PhiHead = MlpHead | AttentionHead
+
+
+def make_head(config: PhiConfig) -> PhiHead:
+    if config.head not in HEADS:
+        raise ValueError(f"unknown phi head {config.head!r}: one of {', '.join(HEADS)}")
+    return AttentionHead(config) if config.head == "attention" else MlpHead(config)
 
 
 def window_spans(n_tokens: int, window: int, overlap: int) -> list[tuple[int, int, int]]:
@@ -165,7 +217,7 @@ class TrainAttention:
                               f"({expected or 'unknown'}), not on the one loaded ({actual}); "
                               "train one for it with `ckl train-attention`")
         self.model = model
-        self.head = PhiHead(checkpoint.config)
+        self.head = make_head(checkpoint.config)
         self.head.load_state_dict(checkpoint.state)
         self.head.eval()
         self.meta = checkpoint.meta
@@ -178,5 +230,10 @@ class TrainAttention:
     def weights(self, input_ids: list[int]) -> list[float]:
         if not input_ids:
             return []
-        w = self.head(trunk_features(self.model, input_ids, self.head.config)).tolist()
-        return [0.0, *w[1:]]
+        config = self.head.config
+        features, w = trunk_features(self.model, input_ids, config), torch.empty(len(input_ids))
+        # The head reads one trunk window at a time, as in training (whose documents fit one window): the
+        # attention head's cost stays bounded on long texts.
+        for start, end, keep in window_spans(len(input_ids), config.window, config.overlap):
+            w[keep:end] = self.head(features[start:end])[keep - start:]
+        return [0.0, *w[1:].tolist()]

@@ -14,9 +14,10 @@ With `--balance`, each training pair counts 1 / (training pairs with the same re
 (relation, answer) can make up a large share of the pairs, the same lesson over and over
 (docs/decisions.md: Count learning per (relation, answer)).
 
-Per phi step, over a batch of pairs: weigh the document with phi, take one SGD step of a fresh
-adapter (LoRA on the frozen base model) on the weighted loss, score the task's answer tokens, and
-move phi along the meta-gradient (workers/attention/meta.py: `exact` or `first-order`). The trunk's
+Per phi step, over a batch of pairs: weigh the document with phi and move phi towards what it learns
+(`--variant`, workers/attention/meta.py): `answer`, the task's answer tokens in the document;
+`first-order`, each token's usefulness; `exact`, the meta-gradient of the task's loss after one SGD
+step of a fresh adapter (LoRA on the frozen base model) on the weighted loss. The trunk's
 features (and for first-order the alignments) are computed once per uuid and cached beside --out, so
 an interrupted run resumes (`--resume`) from its last checkpoint without redoing them, and phis of
 other folds reuse them.
@@ -45,13 +46,15 @@ from workers.attention import folds, meta, phi
 from workers.methods.adapter import AdapterMethod
 from workers.provenance import RESULTS_ROOT, git_commit
 
-VARIANTS = ("first-order", "exact")
+VARIANTS = ("answer", "first-order", "exact")
 RULES = ("paper", "with-variant")
 
 
 @dataclass
 class TrainConfig:
-    variant: str = "first-order"
+    variant: str = "answer"  # VARIANTS: what phi learns (workers/attention/meta.py)
+    head: str = "attention"  # phi.HEADS
+    trunk_layers: int = 9  # hidden states phi reads, evenly spaced up the trunk
     steps: int = 400
     batch: int = 16
     lr: float = 1e-3  # phi's AdamW
@@ -147,6 +150,21 @@ def meta_rows(loaded: LoadedModel, data: Path, results_root: Path, model: str,
     return wrong, trained, provenance
 
 
+def training_rows(loaded: LoadedModel, train_config: TrainConfig, data: Path, results_root: Path, model: str,
+                  rule: DataRule) -> tuple[list[lama_ckl.Row], list[lama_ckl.Row], dict]:
+    """(validation rows, training rows, provenance): the invariant rows the model gets wrong, shuffled with the
+    seed, the first `val` of them held out for validation, the rest and the variant_dev rows of the rule train."""
+    rows, variant_rows, provenance = meta_rows(loaded, data, results_root, model, rule)
+    random.Random(train_config.seed).shuffle(rows)
+    val_rows = rows[: train_config.val]
+    # Validation stays on invariant rows; a row in more than one source trains once and never validates.
+    train_rows = lama_ckl.once(val_rows + rows[train_config.val :] + variant_rows)[len(val_rows):]
+    provenance.update({"train_pairs": len(train_rows), "val_pairs": len(val_rows),
+                       "train_uuids_sha256": uuids_digest(train_rows), "val_uuids_sha256": uuids_digest(val_rows),
+                       "val_uuids": [r.uuid for r in val_rows], "train_uuids": [r.uuid for r in train_rows]})
+    return val_rows, train_rows, provenance
+
+
 def uuids_digest(rows: list[Any]) -> str:
     return hashlib.sha256("\n".join(r.uuid for r in rows).encode()).hexdigest()
 
@@ -175,6 +193,11 @@ def build_examples(loaded: LoadedModel, model: torch.nn.Module, rows: list[lama_
     cache.parent.mkdir(parents=True, exist_ok=True)
     torch.save(stored, cache)
     return examples
+
+
+def features_cache_name(config: phi.PhiConfig, max_tokens: int) -> str:
+    """One cache per window length and set of trunk layers: heads reading other layers never share one."""
+    return f"features-{max_tokens}-layers-{'-'.join(map(str, config.layers))}.pt"
 
 
 def cached_alignments(model: torch.nn.Module, examples: list[MetaExample], inner_lr: float,
@@ -231,14 +254,25 @@ def reference_outer_losses(model: torch.nn.Module, examples: list[MetaExample], 
 
 
 # -- the loop --------------------------------------------------------------------------------------
+def batch_at(step: int, n_examples: int, train_config: TrainConfig) -> list[int]:
+    """The examples of phi step `step`: passes over a seeded shuffle, the order a function of the pass alone
+    (so a resumed run and any other loop over the same examples take the same batches)."""
+    per_pass = max(1, n_examples // train_config.batch)
+    order = random.Random(train_config.seed + step // per_pass).sample(range(n_examples), n_examples)
+    i = (step % per_pass) * train_config.batch
+    return order[i : i + train_config.batch]
+
+
 def meta_step(head: phi.PhiHead, model: torch.nn.Module, batch: list[MetaExample], train_config: TrainConfig,
               alignments: dict[str, torch.Tensor] | None) -> float:
     """Accumulate phi's gradient over the batch (each pair from a fresh adapter); returns the batch's mean loss."""
     total = 0.0
-    theta = meta.adapter_params(model) if alignments is None else {}
+    theta = meta.adapter_params(model) if train_config.variant == "exact" else {}
     for ex in batch:
         weights = head(ex.features)
-        if alignments is None:
+        if train_config.variant == "answer":
+            loss = meta.answer_objective(weights, ex.object_mask)
+        elif alignments is None:
             loss = meta.exact_outer_loss(model, theta, ex.pair, weights, train_config.inner_lr)
         else:
             loss = meta.first_order_objective(weights, alignments[ex.uuid])
@@ -254,17 +288,10 @@ def train(loaded: LoadedModel, train_config: TrainConfig, data: Path, out: Path,
     method = AdapterMethod(loaded.model, loaded.tokenizer,
                            Settings(lora_rank=train_config.lora_rank, lora_alpha=train_config.lora_alpha))
     model = method.model
-    config = phi.default_config(loaded.model)
-    rows, variant_rows, provenance = meta_rows(loaded, data, results_root, model_name, rule)
-    random.Random(train_config.seed).shuffle(rows)
-    val_rows = rows[: train_config.val]
-    # Validation stays on invariant rows; a row in more than one source trains once and never validates.
-    train_rows = lama_ckl.once(val_rows + rows[train_config.val :] + variant_rows)[len(val_rows):]
-    provenance.update({"train_pairs": len(train_rows), "val_pairs": len(val_rows),
-                       "train_uuids_sha256": uuids_digest(train_rows), "val_uuids_sha256": uuids_digest(val_rows),
-                       "val_uuids": [r.uuid for r in val_rows], "train_uuids": [r.uuid for r in train_rows]})
+    config = phi.default_config(loaded.model, train_config.head, train_config.trunk_layers)
+    val_rows, train_rows, provenance = training_rows(loaded, train_config, data, results_root, model_name, rule)
     examples = build_examples(loaded, model, val_rows + train_rows, config, train_config.max_tokens,
-                              out.parent / "cache" / f"features-{train_config.max_tokens}.pt")
+                              out.parent / "cache" / features_cache_name(config, train_config.max_tokens))
     val_examples, train_examples = examples[: train_config.val], examples[train_config.val :]
     if train_config.balance:
         for ex, weight in zip(train_examples, balance_weights([(r.relation, r.object) for r in train_rows])):
@@ -275,7 +302,7 @@ def train(loaded: LoadedModel, train_config: TrainConfig, data: Path, out: Path,
                                        out.parent / "cache" / f"alignments-{train_config.max_tokens}-{train_config.inner_lr}.pt")
 
     torch.manual_seed(train_config.seed)
-    head = phi.PhiHead(config)
+    head = phi.make_head(config)
     optimizer = torch.optim.AdamW(head.parameters(), lr=train_config.lr)
     state_path = out / "state.pt"
     state: dict[str, Any] = {"step": 0, "history": [], "validation": [], "seconds": 0.0,
@@ -297,16 +324,10 @@ def train(loaded: LoadedModel, train_config: TrainConfig, data: Path, out: Path,
         state_path.with_suffix(".tmp").replace(state_path)
         (out / "curve.json").write_text(json.dumps({k: state[k] for k in ("history", "validation", "reference")}, indent=1))
 
-    order_rng = random.Random(train_config.seed)
-    per_pass = max(1, len(train_examples) // train_config.batch)
     with tqdm(total=train_config.steps, initial=state["step"], desc=f"phi ({train_config.variant})") as bar:
         while state["step"] < train_config.steps:
             step = state["step"]
-            if step % per_pass == 0 or "order" not in state:
-                order_rng.seed(train_config.seed + step // per_pass)
-                state["order"] = order_rng.sample(range(len(train_examples)), len(train_examples))
-            i = (step % per_pass) * train_config.batch
-            batch = [train_examples[j] for j in state["order"][i : i + train_config.batch]]
+            batch = [train_examples[j] for j in batch_at(step, len(train_examples), train_config)]
             started = time.perf_counter()
             optimizer.zero_grad(set_to_none=True)
             loss = meta_step(head, model, batch, train_config, alignments)
@@ -354,6 +375,10 @@ def main(argv: list[str]) -> None:
                  "checkpoint_every", "seed"):
         value = getattr(defaults, name)
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
+    parser.add_argument("--head", choices=phi.HEADS, default=defaults.head, help="attention: one self-attention "
+                        "block over the document; mlp: each token on its own")
+    parser.add_argument("--trunk-layers", type=int, default=defaults.trunk_layers, help="hidden states phi reads, "
+                        "evenly spaced up the base model")
     parser.add_argument("--balance", action="store_true", help="weigh each pair by 1 / (pairs with its relation "
                         "and answer)")
     parser.add_argument("--rule", choices=RULES, default="paper", help="paper: invariant rows only (the paper's "
