@@ -6,10 +6,10 @@ phi reads the frozen base model): the worker already holds the base model, so ph
 pass of it and a small head, not a second LM; the trunk's features can be computed once per document
 and reused over every meta-training epoch; and the checkpoint is only the head (about 1.5 MB).
 Two heads (docs/decisions.md: phi's head attends over the document):
-- `attention` (the default): a projection, then one bidirectional self-attention block over the whole
+- `attention` (the default for new phis, the answer phi's): a projection, then one bidirectional self-attention block over the whole
   document, so a token's weight can depend on what comes after it (the trunk is causal: the state at
   an answer's last token has not seen the full stop that ends the clause);
-- `mlp`: each token on its own (the first packaged phis).
+- `mlp`: each token on its own (the first-order and exact phis; the service weighs with the first-order one).
 A weight belongs to the predicted token, so position 0 (never predicted) always gets 0.
 """
 from __future__ import annotations
@@ -31,10 +31,11 @@ from transformers import PreTrainedModel
 from service.knowledge.memory import ProductKeyMemory
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
-# The packaged phi the learner uses; `CKL_TRAIN_ATTENTION_CHECKPOINT` picks another (the first-order and
-# exact phis, and the paper-protocol ones, ship beside it). It teaches more LAMA-ckl rows, cross-fitted,
-# and weighs the answers of the invented facts more (docs/decisions.md: phi learns where the answer is).
-DEFAULT_VARIANT = "answer"
+# The packaged phi the learner uses; `CKL_TRAIN_ATTENTION_CHECKPOINT` picks another (the answer phi, the
+# exact one and the paper-protocol ones ship beside it). The answer phi teaches more LAMA-ckl rows,
+# cross-fitted, but this one weighs the answers of invented facts, documents like users send, far more
+# (docs/decisions.md: phi learns where the answer is).
+DEFAULT_VARIANT = "first-order"
 HEADS = ("attention", "mlp")
 
 
