@@ -25,6 +25,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from torch import nn
 
+from bench.phi_transfer import object_share
 from service.model.loader import LoadedModel, load_model
 from service.settings import Settings
 from workers import lama_ckl, weighting
@@ -60,8 +61,8 @@ def judged(weights: torch.Tensor, answer: torch.Tensor, threshold: float) -> tup
     w = weights.clone()
     w[0] = 0.0
     order = torch.argsort(w, descending=True)
-    kept = torch.tensor(weighting.thresholded(w.tolist(), threshold))
-    return bool(answer[order[0]] > 0), bool(answer[order[:3]].sum() > 0), float((kept * answer).sum() / kept.sum())
+    share = object_share(weighting.thresholded(w.tolist(), threshold), answer.tolist())
+    return bool(answer[order[0]] > 0), bool(answer[order[:3]].sum() > 0), share
 
 
 def summarize(marks: list[tuple[bool, bool, float]]) -> dict[str, float]:
@@ -94,7 +95,7 @@ def frozen_trunk(loaded: LoadedModel, model: nn.Module, candidate: Candidate, ar
         alignments = None
         if candidate.variant == "first-order":
             alignments = training.cached_alignments(model, train_examples, config.inner_lr,
-                                                    cache / f"alignments-{config.max_tokens}-{config.inner_lr}.pt")
+                                                    cache / training.alignments_cache_name(config))
         torch.manual_seed(config.seed)
         head = phi.make_head(head_config)
         optimizer = torch.optim.AdamW(head.parameters(), lr=config.lr)

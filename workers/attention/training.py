@@ -200,6 +200,10 @@ def features_cache_name(config: phi.PhiConfig, max_tokens: int) -> str:
     return f"features-{max_tokens}-layers-{'-'.join(map(str, config.layers))}.pt"
 
 
+def alignments_cache_name(train_config: TrainConfig) -> str:
+    return f"alignments-{train_config.max_tokens}-{train_config.inner_lr}.pt"
+
+
 def cached_alignments(model: torch.nn.Module, examples: list[MetaExample], inner_lr: float,
                       cache: Path) -> dict[str, torch.Tensor]:
     stored = torch.load(cache) if cache.exists() else {}
@@ -299,7 +303,7 @@ def train(loaded: LoadedModel, train_config: TrainConfig, data: Path, out: Path,
     alignments = None
     if train_config.variant == "first-order":
         alignments = cached_alignments(model, examples, train_config.inner_lr,
-                                       out.parent / "cache" / f"alignments-{train_config.max_tokens}-{train_config.inner_lr}.pt")
+                                       out.parent / "cache" / alignments_cache_name(train_config))
 
     torch.manual_seed(train_config.seed)
     head = phi.make_head(config)
