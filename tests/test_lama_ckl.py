@@ -102,6 +102,29 @@ def test_examples_are_the_services_one_window_per_row_and_no_fallback(tiny):
         assert [e.input_ids for e in examples] == (ids[:3] if name == "oracle" else ids)
 
 
+def test_a_methods_own_cut_keeps_only_the_tokens_near_phis_largest_weight(tiny, tmp_path):
+    """A train_attention method with its own threshold cuts phi's weights there, not at the service's."""
+    from workers import weighting
+    from workers.attention import phi
+
+    torch.manual_seed(0)
+    head = phi.make_head(phi.default_config(tiny.model, "mlp"))
+    head.mlp[2].weight.data *= 30  # spread the weights out: a fresh head gives every token about 0.5
+    phi.save_checkpoint(tmp_path / "phi", head, {"base_model": phi.fingerprint(tiny.model)})
+    row = lama_ckl.Row("r", "rome is the capital of italy . the capital of italy is rome .", "rome",
+                       Probe("the capital of italy is", "rome"))
+    raw = phi.TrainAttention.from_path(tiny.model, tmp_path / "phi").weights(
+        tiny.tokenizer(row.evidence, truncation=True, max_length=16)["input_ids"])
+    kept = []
+    for cut in (None, 0.5, 0.9):
+        spec = run.MethodSpec("adapter", "train_attention", 3e-4, phi_checkpoint=str(tmp_path / "phi"), threshold=cut)
+        (example,) = run.examples_for([row], tiny, tiny.model, 16, spec)
+        expected = weighting.thresholded(list(raw), 0.1 if cut is None else cut)
+        assert example.weights == pytest.approx([0.0, *expected[1:]])
+        kept.append(sum(w > 0 for w in example.weights))
+    assert kept[0] > kept[1] > kept[2] > 0, kept
+
+
 def test_summary_takes_the_first_best_epoch():
     epochs = [{"epoch": -1, "to_learn_acc": 0.0, "nf_acc": 1.0, "train_s": 0},
               {"epoch": 0, "to_learn_acc": 0.5, "nf_acc": 0.9, "train_s": 2},

@@ -41,8 +41,10 @@ class MethodSpec:
     learning_rate: float
     phi_variant: str | None = None  # for train_attention: which packaged phi (meta-gradient variant)
     phi_checkpoint: str | None = None  # for train_attention: a phi outside the package instead
+    threshold: float | None = None  # for train_attention: phi's relative cut; None: the service's (CKL_WEIGHT_THRESHOLD)
 
 
+ANSWER_CUT = 0.5
 # The benchmark's registry; sparse memory adds entries here.
 METHODS: dict[str, MethodSpec] = {
     "finetune": MethodSpec("adapter", "uniform", 3e-4),
@@ -50,16 +52,17 @@ METHODS: dict[str, MethodSpec] = {
     "rho1": MethodSpec("adapter", "rho1", 3e-4),
     "full": MethodSpec("full", "uniform", 1e-5),
     # taalm: the phi that teaches LAMA-ckl best; the service weighs with first-order (docs/decisions.md: phi learns
-    # where the answer is).
-    "taalm": MethodSpec("adapter", "train_attention", 3e-4, phi_variant="answer"),
+    # where the answer is). The answer phi's weight is a probability that the token is an answer's, so it keeps the
+    # tokens at least half as likely as the document's likeliest (docs/decisions.md: The answer phi's own cut).
+    "taalm": MethodSpec("adapter", "train_attention", 3e-4, phi_variant="answer", threshold=ANSWER_CUT),
     "taalm-first-order": MethodSpec("adapter", "train_attention", 3e-4, phi_variant="first-order"),
     "taalm-exact": MethodSpec("adapter", "train_attention", 3e-4, phi_variant="exact"),
     # The paper's protocol (phi from invariant rows only), reported beside a phi of the new data rule.
-    "taalm-paper": MethodSpec("adapter", "train_attention", 3e-4, phi_variant="answer-paper"),
+    "taalm-paper": MethodSpec("adapter", "train_attention", 3e-4, phi_variant="answer-paper", threshold=ANSWER_CUT),
     "taalm-first-order-paper": MethodSpec("adapter", "train_attention", 3e-4, phi_variant="first-order-paper"),
     "smf": MethodSpec("memory", "uniform", 10.0),
     # phi's weights at the learning rate of the memory's ceiling below, so that they differ only in weights.
-    "smf+ta": MethodSpec("memory", "train_attention", 100.0, phi_variant="answer"),
+    "smf+ta": MethodSpec("memory", "train_attention", 100.0, phi_variant="answer", threshold=ANSWER_CUT),
     "smf+ta-exact": MethodSpec("memory", "train_attention", 100.0, phi_variant="exact"),
     # What the memory can learn when the weights are right (the answer's tokens): its ceiling.
     "smf+oracle": MethodSpec("memory", "oracle", 100.0),
@@ -97,8 +100,8 @@ def examples_for(rows: list[Row], loaded: LoadedModel, model: torch.nn.Module, m
                  spec: MethodSpec, model_name: str = "default", sentences: bool = False,
                  assignment: phis.Assignment | None = None) -> list[Example]:
     """Each row's evidence, cut to `max_tokens` (one window), weighted as the service weighs a document
-    (workers/examples.py): uniformly, on the object's occurrences (oracle) or by phi (train_attention, with
-    the service's threshold). No fallback: a row whose weights are all 0 gives no window. rho1 starts
+    (workers/examples.py): uniformly, on the object's occurrences (oracle) or by phi (train_attention, cut at
+    the method's threshold, else the service's). No fallback: a row whose weights are all 0 gives no window. rho1 starts
     uniform; its weights are chosen again before every epoch (rho1.py). With `sentences` (as the service
     does for the memory method), each later sentence of the evidence is also an example of its own.
     `assignment` (train_attention): which phi weighs which row (phis.py); by default the method's own phi.
@@ -109,7 +112,7 @@ def examples_for(rows: list[Row], loaded: LoadedModel, model: torch.nn.Module, m
         loaded_phis = {path: TrainAttention.from_path(model, path) for path in set(assignment.values())}
         weigh = {row.uuid: loaded_phis[assignment[row.uuid]] for row in rows}
     how = "uniform" if spec.weighting == "rho1" else spec.weighting
-    threshold = Settings().weight_threshold
+    threshold = Settings().weight_threshold if spec.threshold is None else spec.threshold
     out = []
     for row in rows:
         doc = examples.encode(loaded.tokenizer, row.evidence, max_tokens)
@@ -171,14 +174,13 @@ def run_method(name: str, config: Config, load: Callable[[], LoadedModel], to_le
     rng = random.Random(config.seed)
     peak = rss_mb()
 
-    def score() -> tuple[float, float, list[float]]:
+    def score() -> dict[str, Any]:
         learn = score_probes(method.model, loaded.tokenizer, learn_probes)
         keep = score_probes(method.model, loaded.tokenizer, nf_probes)
-        return sum(learn) / len(learn), sum(keep) / len(keep), [round(s, 4) for s in learn]
+        return {"to_learn_acc": sum(learn) / len(learn), "nf_acc": sum(keep) / len(keep),
+                "to_learn_scores": [round(s, 4) for s in learn], "nf_scores": [round(s, 4) for s in keep]}
 
-    learn_acc, nf_acc, learn_scores = score()
-    epochs = [{"epoch": -1, "to_learn_acc": learn_acc, "nf_acc": nf_acc, "train_s": 0.0,
-               "to_learn_scores": learn_scores}]
+    epochs = [{"epoch": -1, **score(), "train_s": 0.0}]
     steps = math.ceil(len(train_on) / config.batch_size)
     for epoch in range(config.epochs):
         if reference:
@@ -191,11 +193,11 @@ def run_method(name: str, config: Config, load: Callable[[], LoadedModel], to_le
                 peak = max(peak, rss_mb())
                 bar.update(1)
             report = method.train(order, steps, optimizer=optimizer, batch_size=config.batch_size, progress=progress)
-        learn_acc, nf_acc, learn_scores = score()
-        epochs.append({"epoch": epoch, "to_learn_acc": learn_acc, "nf_acc": nf_acc,
-                       "train_s": round(report.seconds, 2), "mean_loss": sum(report.losses) / len(report.losses),
-                       "to_learn_scores": learn_scores})
-        print(f"{name} epoch {epoch}: TO-LEARN {learn_acc:.3f}  NF {nf_acc:.3f}  {report.seconds:.1f} s", flush=True)
+        scores = score()
+        epochs.append({"epoch": epoch, **scores, "train_s": round(report.seconds, 2),
+                       "mean_loss": sum(report.losses) / len(report.losses)})
+        print(f"{name} epoch {epoch}: TO-LEARN {scores['to_learn_acc']:.3f}  NF {scores['nf_acc']:.3f}  "
+              f"{report.seconds:.1f} s", flush=True)
     if isinstance(method, MemoryMethod):
         extra["update"] = memory_update_costs(method)
     if assignment:
