@@ -44,7 +44,8 @@ class MethodSpec:
     threshold: float | None = None  # for train_attention: phi's relative cut; None: the service's (CKL_WEIGHT_THRESHOLD)
 
 
-ANSWER_CUT = 0.5
+ANSWER_CUT = 0.5  # the relative threshold of the methods that weigh with the answer phi
+
 # The benchmark's registry; sparse memory adds entries here.
 METHODS: dict[str, MethodSpec] = {
     "finetune": MethodSpec("adapter", "uniform", 3e-4),
