@@ -194,3 +194,14 @@ def test_real_model_smoke_on_a_few_rows(tmp_path, real_model_dir, monkeypatch):
     oracle = results["methods"][0]
     assert oracle["epochs"][0]["to_learn_acc"] == 0.0 and oracle["epochs"][0]["nf_acc"] == 1.0
     assert len(list((tmp_path / "cache").glob("default-*.json"))) == 1
+
+
+def test_phi_kept_counts_the_tokens_a_cut_keeps_and_the_answers_among_them():
+    from bench.phi_kept import kept_stats
+
+    raw = [[0.0, 0.9, 0.3, 1.0], [0.0, 0.2, 1.0, 0.05]]
+    masks = [[0.0, 0.0, 0.0, 1.0], [0.0, 1.0, 0.0, 0.0]]  # the answer: the best token, then a weak one
+    low, high = kept_stats(raw, masks, 0.1), kept_stats(raw, masks, 0.5)
+    assert (low["tokens_kept"], low["answer_tokens_kept"], low["rows_answer_kept"]) == (2.5, 1.0, 1.0)
+    assert (high["tokens_kept"], high["answer_tokens_kept"], high["rows_answer_kept"]) == (1.5, 0.5, 0.5)
+    assert high["answer_share"] == pytest.approx((1.0 / 1.9 + 0.0) / 2)
