@@ -26,6 +26,7 @@ from peft import LoraConfig, get_peft_model
 from torch import nn
 
 from bench.phi_transfer import object_share
+from service.knowledge.scoring import pad_batch
 from service.model.loader import LoadedModel, load_model
 from service.settings import Settings
 from workers import lama_ckl, weighting
@@ -136,13 +137,9 @@ def lora_trunk(loaded: LoadedModel, args: argparse.Namespace, cache: Path, epoch
 
     def weigh(docs: list[list[int]]) -> torch.Tensor:
         """[docs, longest] weights of right-padded documents, through phi's own adapter."""
-        ids = torch.zeros(len(docs), max(map(len, docs)), dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, doc in enumerate(docs):
-            ids[i, : len(doc)], mask[i, : len(doc)] = torch.tensor(doc), 1
+        ids, mask = pad_batch(docs, 0, loaded.device)
         states = decoder(input_ids=ids, attention_mask=mask, output_hidden_states=True, use_cache=False).hidden_states
-        return head(torch.cat([nn.functional.layer_norm(states[i], (head_config.hidden_size,))
-                               for i in head_config.layers], dim=-1))
+        return head(phi.layer_features(states, head_config))
 
     rng, started = random.Random(config.seed), time.perf_counter()
     for _ in range(epochs):

@@ -174,9 +174,14 @@ def trunk_features(model: nn.Module, input_ids: list[int], config: PhiConfig) ->
         for start, end, keep in window_spans(len(input_ids), config.window, config.overlap):
             ids = torch.tensor([input_ids[start:end]], device=device)
             states = causal_lm.model(input_ids=ids, output_hidden_states=True, use_cache=False).hidden_states
-            picked = [nn.functional.layer_norm(states[i][0].float(), (config.hidden_size,)) for i in config.layers]
-            out[keep:end] = torch.cat(picked, dim=-1)[keep - start:].cpu()
+            out[keep:end] = layer_features(states, config)[0, keep - start:].cpu()
     return out
+
+
+def layer_features(hidden_states: tuple[torch.Tensor, ...], config: PhiConfig) -> torch.Tensor:
+    """The layers phi reads, each layer-normalised, side by side: [..., tokens, layers * hidden]."""
+    return torch.cat([nn.functional.layer_norm(hidden_states[i].float(), (config.hidden_size,))
+                      for i in config.layers], dim=-1)
 
 
 @dataclass

@@ -269,14 +269,15 @@ def batch_at(step: int, n_examples: int, train_config: TrainConfig) -> list[int]
 
 def meta_step(head: phi.PhiHead, model: torch.nn.Module, batch: list[MetaExample], train_config: TrainConfig,
               alignments: dict[str, torch.Tensor] | None) -> float:
-    """Accumulate phi's gradient over the batch (each pair from a fresh adapter); returns the batch's mean loss."""
+    """Accumulate phi's gradient over the batch (each pair from a fresh adapter); returns the batch's mean loss.
+    `alignments`: the first-order variant's targets, per uuid (the other variants need none)."""
     total = 0.0
     theta = meta.adapter_params(model) if train_config.variant == "exact" else {}
     for ex in batch:
         weights = head(ex.features)
         if train_config.variant == "answer":
             loss = meta.answer_objective(weights, ex.object_mask)
-        elif alignments is None:
+        elif train_config.variant == "exact":
             loss = meta.exact_outer_loss(model, theta, ex.pair, weights, train_config.inner_lr)
         else:
             loss = meta.first_order_objective(weights, alignments[ex.uuid])
