@@ -97,15 +97,10 @@ def frozen_trunk(loaded: LoadedModel, model: nn.Module, candidate: Candidate, ar
         if candidate.variant == "first-order":
             alignments = training.cached_alignments(model, train_examples, config.inner_lr,
                                                     cache / training.alignments_cache_name(config))
-        torch.manual_seed(config.seed)
-        head = phi.make_head(head_config)
-        optimizer = torch.optim.AdamW(head.parameters(), lr=config.lr)
+        head, optimizer = training.new_head(head_config, config)
         started = time.perf_counter()
         for step in range(config.steps):
-            optimizer.zero_grad(set_to_none=True)
-            batch = [train_examples[j] for j in training.batch_at(step, len(train_examples), config)]
-            training.meta_step(head, model, batch, config, alignments)
-            optimizer.step()
+            training.phi_step(head, optimizer, model, train_examples, step, config, alignments)
         seconds.append(time.perf_counter() - started)
         with torch.no_grad():  # the documents are shorter than phi's window: the cached features are its input
             marks += [judged(head(ex.features), ex.object_mask, args.threshold) for ex in held if ex.object_mask.sum() > 0]

@@ -7,7 +7,10 @@ and prints:
   keeps any weight, and the answer's share of the weight;
 - the rows split by the answer's share of phi's weight at the first cut, with Oracle's and the method's mean
   score at their best epochs. Where phi's weights are Oracle's, a difference between the two comes from
-  training on the other rows.
+  training on the other rows;
+- the largest (relation, answer) groups: phi's share on their answer and the rows each method learned there.
+  Rows of one group teach each other (the model learns the relation's answer), so a group is where a few
+  missed answers can cost many rows.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import json
 import statistics
 from pathlib import Path
 
-from bench.lama_ckl.report import best_scores
+from bench.lama_ckl.report import SHOWN_GROUPS, answer_groups, best_scores, learned_by_group
 from bench.phi_transfer import object_share
 from service.model.loader import load_model
 from service.settings import Settings
@@ -77,3 +80,11 @@ def main(argv: list[str]) -> None:
         if idx:
             print(f"| [{low}, {min(high, 1.0)}{')' if high <= 1 else ']'} | {len(idx)} | "
                   f"{statistics.mean(oracle[i] for i in idx):.3f} | {statistics.mean(method[i] for i in idx):.3f} |")
+    groups = answer_groups([tuple(a) for a in results["tailoring"]["to_learn_answers"]])
+    learned = {name: learned_by_group(groups, scores) for name, scores in (("oracle", oracle), (args.method, method))}
+    print(f"\nThe largest (relation, answer) groups: phi's share on the answer at the {cuts[0]} cut, rows learned")
+    print(f"| answer (relation) | rows | answer's share | oracle | {args.method} |")
+    print("|---|---|---|---|---|")
+    for answer, idx in list(groups.items())[:SHOWN_GROUPS]:
+        print(f"| {answer[1]} ({answer[0]}) | {len(idx)} | {statistics.mean(shares[i] for i in idx):.2f} | "
+              f"{learned['oracle'][answer]:.0f} | {learned[args.method][answer]:.0f} |")

@@ -160,7 +160,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
 BENCHES = {"generate": "bench.generate", "serve": "bench.serve", "dtype": "bench.dtype", "teach": "bench.teach",
            "make-facts": "bench.make_facts", "lama-ckl": "bench.lama_ckl.cli", "ta-costs": "bench.ta_costs",
            "phi-transfer": "bench.phi_transfer", "phi-facts": "bench.phi_facts", "phi-heads": "bench.phi_heads",
-           "phi-kept": "bench.phi_kept",
+           "phi-kept": "bench.phi_kept", "lama-orders": "bench.lama_ckl.orders",
            "api-overhead": "bench.overhead"}
 
 

@@ -103,7 +103,8 @@ def test_examples_are_the_services_one_window_per_row_and_no_fallback(tiny):
 
 
 def test_a_methods_own_cut_keeps_only_the_tokens_near_phis_largest_weight(tiny, tmp_path):
-    """A train_attention method with its own threshold cuts phi's weights there, not at the service's."""
+    """A train_attention method with its own threshold cuts phi's weights there, not at the service's; with a
+    `min_weight` also below that absolute weight."""
     from workers import weighting
     from workers.attention import phi
 
@@ -123,6 +124,14 @@ def test_a_methods_own_cut_keeps_only_the_tokens_near_phis_largest_weight(tiny, 
         assert example.weights == pytest.approx([0.0, *expected[1:]])
         kept.append(sum(w > 0 for w in example.weights))
     assert kept[0] > kept[1] > kept[2] > 0, kept
+    likely = run.MethodSpec("adapter", "train_attention", 3e-4, phi_checkpoint=str(tmp_path / "phi"), threshold=0.0,
+                            min_weight=0.5)
+    (example,) = run.examples_for([row], tiny, tiny.model, 16, likely)
+    assert example.weights == pytest.approx([0.0, *(w if w >= 0.5 else 0.0 for w in raw[1:])])
+    assert 0 < sum(w > 0 for w in example.weights) < len(raw) - 1
+    nothing_likely = run.MethodSpec("adapter", "train_attention", 3e-4, phi_checkpoint=str(tmp_path / "phi"),
+                                    min_weight=1.01)
+    assert run.examples_for([row], tiny, tiny.model, 16, nothing_likely) == []  # no fallback: the row is not trained
 
 
 def test_summary_takes_the_first_best_epoch():
@@ -205,3 +214,74 @@ def test_phi_kept_counts_the_tokens_a_cut_keeps_and_the_answers_among_them():
     assert (low["tokens_kept"], low["answer_tokens_kept"], low["rows_answer_kept"]) == (2.5, 1.0, 1.0)
     assert (high["tokens_kept"], high["answer_tokens_kept"], high["rows_answer_kept"]) == (1.5, 0.5, 0.5)
     assert high["answer_share"] == pytest.approx((1.0 / 1.9 + 0.0) / 2)
+
+
+def test_replay_puts_its_windows_after_each_batch_in_turn_across_epochs():
+    from bench.lama_ckl import replay
+    from workers.methods.base import Example, batches
+
+    docs = [Example([1, 10 + i], [0.0, 1.0]) for i in range(5)]
+    pool = replay.examples([[1, 100 + i, 200 + i] for i in range(3)])
+    assert all(e.weights == [0.0, 1.0, 1.0] for e in pool)
+    order, next_start = replay.interleave(docs, pool, batch_size=2, per_batch=2, start=0)
+    steps = [[e.input_ids[1] for e in b] for b in batches(order, 2 + 2, 3)]
+    assert steps == [[10, 11, 100, 101], [12, 13, 102, 100], [14, 101, 102, 10]]  # the last batch wraps around
+    assert next_start == 0  # six windows taken from a pool of three
+    _, after = replay.interleave(docs[:2], pool, batch_size=2, per_batch=2, start=next_start)
+    assert after == 2
+
+
+def test_a_replay_method_trains_with_the_replay_beside_each_batch(tiny):
+    from bench.lama_ckl import replay
+
+    rows = rows_for(["rome", "paris", "berlin", "italy"], 4, "v")
+    nf = rows_for(["germany", "france"], 2, "n")
+    config = run.Config(methods=["oracle+mix"], to_learn=4, nf=2, epochs=1, batch_size=2)
+    pool = replay.examples([tiny.tokenizer("the capital of veltoria is rome .")["input_ids"]])
+    with pytest.raises(ValueError, match="replays"):
+        run.run_method("oracle+mix", config, lambda: tiny, rows, nf)
+    result = run.run_method("oracle+mix", config, lambda: tiny, rows, nf, replayed=pool)
+    assert result["replay"] == {"windows": 1, "per_batch": replay.PER_BATCH, "tokens": replay.LENGTH,
+                                "top_p": replay.TOP_P, "seed": 0}
+    assert result["epochs"][1]["mean_loss"] > 0
+
+
+def test_runs_in_other_orders_are_compared_per_order_and_only_on_shared_rows():
+    from bench.lama_ckl.orders import runs_table
+
+    def run_of(tops: dict[str, float], nf_uuids=("n",), order=None, seed=0) -> dict:
+        return {"config": {"seed": seed, "order_seed": order, "epochs": 2},
+                "tailoring": {"to_learn_uuids": ["a", "b"], "nf_uuids": list(nf_uuids)},
+                "methods": [{"method": m, "top_acc": t, "nf_acc": 0.9, "total_knowledge": t + 0.9}
+                            for m, t in tops.items()]}
+
+    table = runs_table([run_of({"oracle": 0.4, "smf": 0.1}), run_of({"oracle": 0.2, "taalm": 0.2}, order=1),
+                        run_of({"taalm": 0.3}, order=0)], "oracle")  # the last adds taalm to order 0
+    assert list(table) == ["oracle", "taalm"]  # smf is not in every order
+    assert table["taalm"]["share"] == pytest.approx([0.75, 1.0])
+    assert table["oracle"]["total_knowledge"] == pytest.approx([1.3, 1.1])
+    with pytest.raises(SystemExit, match="share"):
+        runs_table([run_of({"oracle": 0.4}), run_of({"oracle": 0.4}, nf_uuids=("m",), order=1)], "oracle")
+    with pytest.raises(SystemExit, match="two runs"):
+        runs_table([run_of({"oracle": 0.4}), run_of({"oracle": 0.3}, order=0)], "oracle")
+    with pytest.raises(SystemExit, match="--reference"):
+        runs_table([run_of({"taalm": 0.4})], "oracle")
+
+
+def test_rows_learned_in_the_largest_group_and_the_tail_per_order():
+    from bench.lama_ckl import orders
+
+    answers = [["genre", "jazz"]] * 3 + [["genre", f"g{i}"] for i in range(orders.LARGEST + 2)]
+
+    def run_of(order: int, scores: list[float]) -> dict:
+        method = {"method": "oracle", "top_acc": sum(scores) / len(scores), "top_epoch": 0,
+                  "epochs": [{"epoch": 0, "to_learn_scores": scores}]}
+        return {"config": {"seed": 0, "order_seed": order, "epochs": 1},
+                "tailoring": {"to_learn_uuids": [str(i) for i in range(len(answers))], "nf_uuids": ["n"],
+                              "to_learn_answers": answers}, "methods": [method]}
+
+    # The three jazz rows are the largest group; nine one-row groups fill the ten largest; the last three are the tail.
+    first = [1.0, 1.0, 0.0] + [1.0] * 9 + [1.0, 0.5, 0.0]
+    second = [0.0] * 12 + [1.0, 1.0, 1.0]
+    assert orders.group_rows([run_of(0, first), run_of(1, second)]) == {
+        "oracle": {"largest": [2.0, 0.0], "tail": [1.5, 3.0]}}

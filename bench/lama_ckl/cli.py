@@ -39,6 +39,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--max-tokens", type=int)
     parser.add_argument("--lr", action="append", default=[], help="per method, e.g. --lr oracle=1e-4")
     parser.add_argument("--seed", type=int)
+    parser.add_argument("--order-seed", type=int, help="seed of the training order only: the same rows, "
+                        "batched otherwise (default: --seed)")
     parser.add_argument("--offset", type=int, help="skip the first N rows of each pool: tune here, report at 0")
     parser.add_argument("--max-grad-norm", type=float, help="gradient clipping (0: none; default 1.0)")
     parser.add_argument("--rows-per-file", type=int, help="read only the first N rows of each data file")
@@ -59,6 +61,7 @@ def main(argv: list[str]) -> None:
             values.update(PRESETS[preset])
     values.update({k: v for k, v in {"to_learn": args.to_learn, "nf": args.nf, "epochs": args.epochs,
                                      "batch_size": args.batch_size, "max_tokens": args.max_tokens, "seed": args.seed,
+                                     "order_seed": args.order_seed,
                                      "offset": args.offset,
                                      "max_grad_norm": args.max_grad_norm,
                                      "rows_per_file": args.rows_per_file, "crossfit": args.crossfit,

@@ -5,6 +5,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+SHOWN_GROUPS = 10  # the largest (relation, answer) groups a table lists; the rest are summed
+
 
 def summarize(epochs: list[dict[str, Any]]) -> dict[str, Any]:
     """Top Acc over trained epochs (first best wins), its epoch, NF Acc there, Total Knowledge, s/epoch."""
@@ -32,7 +34,7 @@ def best_scores(method: dict[str, Any]) -> list[float]:
     return next(e["to_learn_scores"] for e in method["epochs"] if e["epoch"] == method["top_epoch"])
 
 
-def groups_markdown(results: dict[str, Any], shown: int = 10) -> list[str]:
+def groups_markdown(results: dict[str, Any], shown: int = SHOWN_GROUPS) -> list[str]:
     """Rows learned per (relation, answer) group at each method's best epoch: the largest groups, then the rest."""
     groups = answer_groups([tuple(a) for a in results["tailoring"]["to_learn_answers"]])
     methods = results["methods"]

@@ -6,7 +6,7 @@ import platform
 import random
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from bench.lama_ckl import phis, rho1
+from bench.lama_ckl import phis, replay, rho1
 from bench.lama_ckl.full import FullMethod
 from bench.lama_ckl.report import summarize
 from service.knowledge.scoring import score_probes
@@ -42,6 +42,8 @@ class MethodSpec:
     phi_variant: str | None = None  # for train_attention: which packaged phi (meta-gradient variant)
     phi_checkpoint: str | None = None  # for train_attention: a phi outside the package instead
     threshold: float | None = None  # for train_attention: phi's relative cut; None: the service's (CKL_WEIGHT_THRESHOLD)
+    replay: bool = False  # Mix-review: the base model's own text beside each batch (replay.py)
+    min_weight: float = 0.0  # for train_attention: also 0 below this absolute weight (a row left with none: no window)
 
 
 ANSWER_CUT = 0.5  # the relative threshold of the methods that weigh with the answer phi
@@ -56,6 +58,14 @@ METHODS: dict[str, MethodSpec] = {
     # where the answer is). The answer phi's weight is a probability that the token is an answer's, so it keeps the
     # tokens at least half as likely as the document's likeliest (docs/decisions.md: The answer phi's own cut).
     "taalm": MethodSpec("adapter", "train_attention", 3e-4, phi_variant="answer", threshold=ANSWER_CUT),
+    # Mix-review (the paper's best Total Knowledge adds it to TAALM), with either weighting.
+    "taalm+mix": MethodSpec("adapter", "train_attention", 3e-4, phi_variant="answer", threshold=ANSWER_CUT,
+                            replay=True),
+    "oracle+mix": MethodSpec("adapter", "oracle", 3e-4, replay=True),
+    # Only the tokens the answer phi finds more likely than not to be the answer: a row where it finds none is
+    # not trained on (docs/decisions.md: Training orders and Mix-review).
+    "taalm-likely": MethodSpec("adapter", "train_attention", 3e-4, phi_variant="answer", threshold=ANSWER_CUT,
+                               min_weight=0.5),
     "taalm-first-order": MethodSpec("adapter", "train_attention", 3e-4, phi_variant="first-order"),
     "taalm-exact": MethodSpec("adapter", "train_attention", 3e-4, phi_variant="exact"),
     # The paper's protocol (phi from invariant rows only), reported beside a phi of the new data rule.
@@ -84,6 +94,7 @@ class Config:
     learning_rates: dict[str, float] = field(default_factory=dict)
     max_grad_norm: float = 1.0
     seed: int = 0
+    order_seed: int | None = None  # the training order's seed alone (the rows stay those of `seed`); None: `seed`
     offset: int = 0  # rows skipped in each pool; 0 = the reported rows
     rows_per_file: int | None = None
     model: str = "default"  # as CKL_MODEL; picks the packaged phi for train_attention
@@ -119,6 +130,7 @@ def examples_for(rows: list[Row], loaded: LoadedModel, model: torch.nn.Module, m
         doc = examples.encode(loaded.tokenizer, row.evidence, max_tokens)
         phi = weigh.get(row.uuid)
         weights = examples.token_weights(doc, how, [row.object], phi.weights if phi else None, threshold)
+        weights = [w if w >= spec.min_weight else 0.0 for w in weights]
         out += examples.document_examples(doc, weights, max_tokens, loaded.tokenizer.bos_token_id, sentences)
     return out
 
@@ -151,7 +163,7 @@ def memory_update_costs(method: MemoryMethod) -> dict[str, Any]:
 
 def run_method(name: str, config: Config, load: Callable[[], LoadedModel], to_learn: list[Row],
                nf: list[Row], background: list[str] | None = None, spec: MethodSpec | None = None,
-               assignment: phis.Assignment | None = None) -> dict[str, Any]:
+               assignment: phis.Assignment | None = None, replayed: Sequence[Example] = ()) -> dict[str, Any]:
     spec = spec or METHODS[name]
     if spec.weighting == "train_attention":  # every caller's phis pass the guard (run_benchmark's before any trains)
         assignment = assignment or phis.as_is(phi_path(spec, config.model), to_learn)
@@ -172,7 +184,7 @@ def run_method(name: str, config: Config, load: Callable[[], LoadedModel], to_le
     reference = rho1.token_nll(method.model, [e.input_ids for e in train_on], pad_id) \
         if spec.weighting == "rho1" else []
     optimizer = method.optimizer(lr)
-    rng = random.Random(config.seed)
+    rng = random.Random(config.seed if config.order_seed is None else config.order_seed)
     peak = rss_mb()
 
     def score() -> dict[str, Any]:
@@ -183,17 +195,24 @@ def run_method(name: str, config: Config, load: Callable[[], LoadedModel], to_le
 
     epochs = [{"epoch": -1, **score(), "train_s": 0.0}]
     steps = math.ceil(len(train_on) / config.batch_size)
+    per_batch = replay.PER_BATCH if spec.replay else 0
+    if per_batch and not replayed:
+        raise ValueError(f"{name} replays the base model's text: pass `replayed`")
+    replay_at = 0
     for epoch in range(config.epochs):
         if reference:
             train_on = rho1.reweigh(method.model, pad_id, train_on, reference)
         order = train_on[:]
         rng.shuffle(order)
+        if per_batch:
+            order, replay_at = replay.interleave(order, list(replayed), config.batch_size, per_batch, replay_at)
         with tqdm(total=steps, desc=f"{name} epoch {epoch}", leave=False) as bar:
             def progress(step: int, total: int) -> None:
                 nonlocal peak
                 peak = max(peak, rss_mb())
                 bar.update(1)
-            report = method.train(order, steps, optimizer=optimizer, batch_size=config.batch_size, progress=progress)
+            report = method.train(order, steps, optimizer=optimizer, batch_size=config.batch_size + per_batch,
+                                  progress=progress)
         scores = score()
         epochs.append({"epoch": epoch, **scores, "train_s": round(report.seconds, 2),
                        "mean_loss": sum(report.losses) / len(report.losses)})
@@ -203,6 +222,9 @@ def run_method(name: str, config: Config, load: Callable[[], LoadedModel], to_le
         extra["update"] = memory_update_costs(method)
     if assignment:
         extra["phis"] = phis.summary(assignment)
+    if per_batch:
+        extra["replay"] = {"windows": len(replayed), "per_batch": per_batch, "tokens": replay.LENGTH,
+                           "top_p": replay.TOP_P, "seed": config.seed}
     return {"method": name, "spec": asdict(spec), "learning_rate": lr, "epochs": epochs, "peak_rss_mb": round(peak),
             **summarize(epochs), **extra}
 
@@ -218,6 +240,9 @@ def run_benchmark(config: Config, load: Callable[[], LoadedModel], variant: list
     method trains."""
     base = load()
     scores = tailor_scores(base, variant + invariant, cache)
+    replay_file = cache.parent / f"replay-{model_name.replace('/', '_')}-seed{config.seed}.json"
+    replayed = replay.examples(replay.cached(base, replay_file, config.seed)) \
+        if any(METHODS[name].replay for name in config.methods) else []
     del base
     to_learn, nf = split(variant, invariant, scores, config.to_learn, config.nf, config.seed,
                          config.offset)
@@ -228,8 +253,8 @@ def run_benchmark(config: Config, load: Callable[[], LoadedModel], variant: list
                    if METHODS[name].weighting == "train_attention"}
     for name, assignment in assignments.items():
         phis.check_unseen(name, assignment)
-    methods = [run_method(name, config, load, to_learn, nf, background, assignment=assignments.get(name))
-               for name in config.methods]
+    methods = [run_method(name, config, load, to_learn, nf, background, assignment=assignments.get(name),
+                          replayed=replayed) for name in config.methods]
     return {
         "model": model_name,
         "config": asdict(config),

@@ -267,6 +267,24 @@ def batch_at(step: int, n_examples: int, train_config: TrainConfig) -> list[int]
     return order[i : i + train_config.batch]
 
 
+def new_head(config: phi.PhiConfig, train_config: TrainConfig) -> tuple[phi.PhiHead, torch.optim.Optimizer]:
+    """phi's initial head (seeded) and its optimizer."""
+    torch.manual_seed(train_config.seed)
+    head = phi.make_head(config)
+    return head, torch.optim.AdamW(head.parameters(), lr=train_config.lr)
+
+
+def phi_step(head: phi.PhiHead, optimizer: torch.optim.Optimizer, model: torch.nn.Module,
+             examples: list[MetaExample], step: int, train_config: TrainConfig,
+             alignments: dict[str, torch.Tensor] | None) -> float:
+    """One optimizer step of phi on step `step`'s batch; returns the batch's mean loss."""
+    batch = [examples[j] for j in batch_at(step, len(examples), train_config)]
+    optimizer.zero_grad(set_to_none=True)
+    loss = meta_step(head, model, batch, train_config, alignments)
+    optimizer.step()
+    return loss
+
+
 def meta_step(head: phi.PhiHead, model: torch.nn.Module, batch: list[MetaExample], train_config: TrainConfig,
               alignments: dict[str, torch.Tensor] | None) -> float:
     """Accumulate phi's gradient over the batch (each pair from a fresh adapter); returns the batch's mean loss.
@@ -306,9 +324,7 @@ def train(loaded: LoadedModel, train_config: TrainConfig, data: Path, out: Path,
         alignments = cached_alignments(model, examples, train_config.inner_lr,
                                        out.parent / "cache" / alignments_cache_name(train_config))
 
-    torch.manual_seed(train_config.seed)
-    head = phi.make_head(config)
-    optimizer = torch.optim.AdamW(head.parameters(), lr=train_config.lr)
+    head, optimizer = new_head(config, train_config)
     state_path = out / "state.pt"
     state: dict[str, Any] = {"step": 0, "history": [], "validation": [], "seconds": 0.0,
                              "reference": reference_outer_losses(model, val_examples, train_config)}
@@ -331,15 +347,11 @@ def train(loaded: LoadedModel, train_config: TrainConfig, data: Path, out: Path,
 
     with tqdm(total=train_config.steps, initial=state["step"], desc=f"phi ({train_config.variant})") as bar:
         while state["step"] < train_config.steps:
-            step = state["step"]
-            batch = [train_examples[j] for j in batch_at(step, len(train_examples), train_config)]
             started = time.perf_counter()
-            optimizer.zero_grad(set_to_none=True)
-            loss = meta_step(head, model, batch, train_config, alignments)
-            optimizer.step()
+            loss = phi_step(head, optimizer, model, train_examples, state["step"], train_config, alignments)
             state["seconds"] += time.perf_counter() - started
-            state["step"] = step + 1
-            state["history"].append({"step": step + 1, "loss": round(loss, 5)})
+            state["step"] += 1
+            state["history"].append({"step": state["step"], "loss": round(loss, 5)})
             bar.update(1)
             bar.set_postfix(loss=f"{loss:.4f}")
             if state["step"] % train_config.validate_every == 0 or state["step"] == train_config.steps:
