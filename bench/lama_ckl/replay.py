@@ -44,8 +44,13 @@ def sample(loaded: LoadedModel, n: int = SAMPLES, length: int = LENGTH, seed: in
     return out
 
 
+def cache_name(model_name: str, seed: int) -> str:
+    """One file per model, seed and sampling settings: a changed setting never reuses old samples."""
+    return f"replay-{model_name.replace('/', '_')}-seed{seed}-{SAMPLES}x{LENGTH}-p{TOP_P}.json"
+
+
 def cached(loaded: LoadedModel, path: Path, seed: int = 0) -> list[list[int]]:
-    """The samples of `sample`, kept in `path` (one file per model and seed)."""
+    """The samples of `sample`, kept in `path` (see `cache_name`)."""
     if path.exists():
         return json.loads(path.read_text())
     sequences = sample(loaded, seed=seed)

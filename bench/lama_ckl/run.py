@@ -240,7 +240,7 @@ def run_benchmark(config: Config, load: Callable[[], LoadedModel], variant: list
     method trains."""
     base = load()
     scores = tailor_scores(base, variant + invariant, cache)
-    replay_file = cache.parent / f"replay-{model_name.replace('/', '_')}-seed{config.seed}.json"
+    replay_file = cache.parent / replay.cache_name(model_name, config.seed)
     replayed = replay.examples(replay.cached(base, replay_file, config.seed)) \
         if any(METHODS[name].replay for name in config.methods) else []
     del base
