@@ -247,7 +247,7 @@ def test_a_replay_method_trains_with_the_replay_beside_each_batch(tiny):
 
 
 def test_runs_in_other_orders_are_compared_per_order_and_only_on_shared_rows():
-    from bench.lama_ckl.orders import runs_table
+    from bench.lama_ckl.orders import by_order, runs_table
 
     def run_of(tops: dict[str, float], nf_uuids=("n",), order=None, seed=0) -> dict:
         return {"config": {"seed": seed, "order_seed": order, "epochs": 2},
@@ -255,17 +255,17 @@ def test_runs_in_other_orders_are_compared_per_order_and_only_on_shared_rows():
                 "methods": [{"method": m, "top_acc": t, "nf_acc": 0.9, "total_knowledge": t + 0.9}
                             for m, t in tops.items()]}
 
-    table = runs_table([run_of({"oracle": 0.4, "smf": 0.1}), run_of({"oracle": 0.2, "taalm": 0.2}, order=1),
-                        run_of({"taalm": 0.3}, order=0)], "oracle")  # the last adds taalm to order 0
+    table = runs_table(by_order([run_of({"oracle": 0.4, "smf": 0.1}), run_of({"oracle": 0.2, "taalm": 0.2}, order=1),
+                                 run_of({"taalm": 0.3}, order=0)]), "oracle")  # the last adds taalm to order 0
     assert list(table) == ["oracle", "taalm"]  # smf is not in every order
     assert table["taalm"]["share"] == pytest.approx([0.75, 1.0])
     assert table["oracle"]["total_knowledge"] == pytest.approx([1.3, 1.1])
     with pytest.raises(SystemExit, match="share"):
-        runs_table([run_of({"oracle": 0.4}), run_of({"oracle": 0.4}, nf_uuids=("m",), order=1)], "oracle")
+        by_order([run_of({"oracle": 0.4}), run_of({"oracle": 0.4}, nf_uuids=("m",), order=1)])
     with pytest.raises(SystemExit, match="two runs"):
-        runs_table([run_of({"oracle": 0.4}), run_of({"oracle": 0.3}, order=0)], "oracle")
+        by_order([run_of({"oracle": 0.4}), run_of({"oracle": 0.3}, order=0)])
     with pytest.raises(SystemExit, match="--reference"):
-        runs_table([run_of({"taalm": 0.4})], "oracle")
+        runs_table(by_order([run_of({"taalm": 0.4})]), "oracle")
 
 
 def test_rows_learned_in_the_largest_group_and_the_tail_per_order():
@@ -283,5 +283,7 @@ def test_rows_learned_in_the_largest_group_and_the_tail_per_order():
     # The three jazz rows are the largest group; nine one-row groups fill the ten largest; the last three are the tail.
     first = [1.0, 1.0, 0.0] + [1.0] * 9 + [1.0, 0.5, 0.0]
     second = [0.0] * 12 + [1.0, 1.0, 1.0]
-    assert orders.group_rows([run_of(0, first), run_of(1, second)]) == {
+    runs = [run_of(0, first), run_of(1, second)]
+    groups = report.answer_groups([tuple(a) for a in answers])
+    assert orders.group_rows(orders.by_order(runs), groups) == {
         "oracle": {"largest": [2.0, 0.0], "tail": [1.5, 3.0]}}

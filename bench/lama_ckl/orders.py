@@ -19,17 +19,20 @@ from bench.lama_ckl.report import SHOWN_GROUPS as LARGEST  # the groups results.
 from bench.lama_ckl.report import answer_groups, best_scores, learned_by_group
 
 
+Orders = dict[int, dict[str, dict[str, Any]]]  # training order -> method -> its results (by_order)
+
+
 def order_of(run: dict[str, Any]) -> int:
     config = run["config"]
     return config["seed"] if config.get("order_seed") is None else config["order_seed"]
 
 
-def by_order(runs: list[dict[str, Any]]) -> dict[int, dict[str, dict[str, Any]]]:
+def by_order(runs: list[dict[str, Any]]) -> Orders:
     """The methods of every training order, from one run or several of that order (a method once per order)."""
     if len({(tuple(r["tailoring"]["to_learn_uuids"]), tuple(r["tailoring"]["nf_uuids"]), r["config"]["epochs"])
             for r in runs}) != 1:
         raise SystemExit("the runs do not share their TO-LEARN and NF rows and epochs: compare runs of one --seed")
-    orders: dict[int, dict[str, dict[str, Any]]] = {}
+    orders: Orders = {}
     for run in runs:
         methods = orders.setdefault(order_of(run), {})
         for m in run["methods"]:
@@ -39,10 +42,9 @@ def by_order(runs: list[dict[str, Any]]) -> dict[int, dict[str, dict[str, Any]]]
     return dict(sorted(orders.items()))
 
 
-def runs_table(runs: list[dict[str, Any]], reference: str) -> dict[str, dict[str, list[float]]]:
+def runs_table(orders: Orders, reference: str) -> dict[str, dict[str, list[float]]]:
     """Per method in every training order: its Top Acc, NF Acc, Total Knowledge and Top Acc over `reference`'s,
     one entry per order."""
-    orders = by_order(runs)
     table: dict[str, dict[str, list[float]]] = {}
     for methods in orders.values():
         if reference not in methods:
@@ -56,11 +58,9 @@ def runs_table(runs: list[dict[str, Any]], reference: str) -> dict[str, dict[str
     return {name: row for name, row in table.items() if len(row["top_acc"]) == len(orders)}
 
 
-def group_rows(runs: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
-    """Per method in every training order: rows learned in the largest (relation, answer) group and in the rows
-    outside the `LARGEST` largest groups, one entry per order."""
-    orders = by_order(runs)
-    groups = answer_groups([tuple(a) for a in runs[0]["tailoring"]["to_learn_answers"]])
+def group_rows(orders: Orders, groups: dict[tuple[str, str], list[int]]) -> dict[str, dict[str, list[float]]]:
+    """Per method in every training order: rows learned in the largest of `groups` (report.answer_groups) and in
+    the rows outside the `LARGEST` largest, one entry per order."""
     largest, top = next(iter(groups)), list(groups)[:LARGEST]
     table: dict[str, dict[str, list[float]]] = {}
     for methods in orders.values():
@@ -88,8 +88,9 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--reference", default="oracle", help="the method the shares are of")
     args = parser.parse_args(argv)
     runs = [json.loads(p.read_text()) for p in args.results]
-    table = runs_table(runs, args.reference)
-    print(f"{len(runs)} runs, training orders {list(by_order(runs))}; mean ± sd over the orders")
+    orders = by_order(runs)
+    table = runs_table(orders, args.reference)
+    print(f"{len(runs)} runs, training orders {list(orders)}; mean ± sd over the orders")
     print(f"| method | Top Acc per order | Top Acc | NF Acc | Total Knowledge | of {args.reference}'s, per order | "
           "of its mean |")
     print("|---|---|---|---|---|---|---|")
@@ -101,7 +102,7 @@ def main(argv: list[str]) -> None:
     groups = answer_groups([tuple(a) for a in runs[0]["tailoring"]["to_learn_answers"]])
     ((relation, answer), largest), = list(groups.items())[:1]
     tail = sum(len(rows) for rows in list(groups.values())[LARGEST:])
-    rows = group_rows(runs)
+    rows = group_rows(orders, groups)
     mean_tail = statistics.mean(rows[args.reference]["tail"])
     print(f"\nRows learned per order: in the largest group, {answer} ({relation}, {len(largest)} rows), "
           f"and in the {tail} rows outside the {LARGEST} largest groups")

@@ -63,7 +63,7 @@ METHODS: dict[str, MethodSpec] = {
                             replay=True),
     "oracle+mix": MethodSpec("adapter", "oracle", 3e-4, replay=True),
     # Only the tokens the answer phi finds more likely than not to be the answer: a row where it finds none is
-    # not trained on (docs/decisions.md: Training orders and Mix-review).
+    # not trained on (docs/decisions.md: The training order decides the large groups).
     "taalm-likely": MethodSpec("adapter", "train_attention", 3e-4, phi_variant="answer", threshold=ANSWER_CUT,
                                min_weight=0.5),
     "taalm-first-order": MethodSpec("adapter", "train_attention", 3e-4, phi_variant="first-order"),
@@ -240,9 +240,8 @@ def run_benchmark(config: Config, load: Callable[[], LoadedModel], variant: list
     method trains."""
     base = load()
     scores = tailor_scores(base, variant + invariant, cache)
-    replay_file = cache.parent / replay.cache_name(model_name, config.seed)
-    replayed = replay.examples(replay.cached(base, replay_file, config.seed)) \
-        if any(METHODS[name].replay for name in config.methods) else []
+    replayed = replay.examples(replay.cached(base, cache.parent / replay.cache_name(model_name, config.seed),
+                                             config.seed)) if any(METHODS[n].replay for n in config.methods) else []
     del base
     to_learn, nf = split(variant, invariant, scores, config.to_learn, config.nf, config.seed,
                          config.offset)
