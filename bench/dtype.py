@@ -13,14 +13,15 @@ from typing import Any
 
 import torch
 
+import methods  # noqa: F401  (registers every method folder: the served model is the server's)
 from bench.serve import PROMPTS
-from service.knowledge.probes import shipped_pool
-from service.knowledge.scoring import accuracy, score_probes
-from service.model.batching import Scheduler
-from service.model.generation import SamplingParams, generate
-from service.model.loader import load_model
-from service.model.serving import ServingModel
-from service.settings import Settings
+from core.model.batching import Scheduler
+from core.model.generation import SamplingParams, generate
+from core.model.loader import load_model
+from core.model.serving import ServingModel
+from core.probes import shipped_pool
+from core.scoring import accuracy, score_probes
+from core.settings import Settings
 from workers.provenance import RESULTS_ROOT, git_commit
 
 

@@ -48,8 +48,8 @@ def over_http(models_dir: Path, tokens: int, runs: int) -> float:
 
 
 def main(argv: list[str]) -> None:
-    from service.model.loader import default_model_path
-    from service.settings import Settings
+    from core.model.loader import default_model_path
+    from core.settings import Settings
 
     parser = argparse.ArgumentParser(prog="ckl bench generate")
     parser.add_argument("--tokens", type=int, default=64)

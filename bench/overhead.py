@@ -12,7 +12,7 @@ from contextlib import ExitStack
 import httpx
 
 from bench.server import running_server
-from service.auth import hash_key
+from core.keys import hash_key
 
 KEY = "bench-key"
 
@@ -25,8 +25,8 @@ def timed(url: str, method: str, path: str, headers: dict[str, str], body: dict 
 
 
 def main(argv: list[str]) -> None:
-    from service.model.loader import default_model_path
-    from service.settings import Settings
+    from core.model.loader import default_model_path
+    from core.settings import Settings
 
     parser = argparse.ArgumentParser(prog="ckl bench api-overhead")
     parser.add_argument("--requests", type=int, default=40)

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from bench.phi_transfer import object_share
 from bench.teach import FACTS
-from service.model.loader import load_model
-from service.settings import Settings
+from core.model.loader import load_model
+from core.settings import Settings
 from workers import weighting
-from workers.attention.phi import TrainAttention, packaged_checkpoint
+from workers.train_attention.phi import TrainAttention, packaged_checkpoint
 
 PACKAGED = ("answer", "answer-paper", "first-order", "first-order-paper", "exact")
 

@@ -26,13 +26,22 @@ from peft import LoraConfig, get_peft_model
 from torch import nn
 
 from bench.phi_transfer import object_share
-from service.knowledge.scoring import pad_batch
-from service.model.loader import LoadedModel, load_model
-from service.settings import Settings
+from core.model.loader import LoadedModel, load_model
+from core.scoring import pad_batch
+from core.settings import Settings
+from methods.adapter.training import AdapterMethod
 from workers import lama_ckl, weighting
-from workers.attention import folds, meta, phi, training
-from workers.methods.adapter import AdapterMethod
 from workers.provenance import RESULTS_ROOT, git_commit
+from workers.train_attention import folds, meta, phi
+from workers.train_attention.caches import (
+    alignments_cache_name,
+    build_examples,
+    cached_alignments,
+    features_cache_name,
+)
+from workers.train_attention.config import TrainConfig
+from workers.train_attention.rows import DataRule, training_rows, variant_pool
+from workers.train_attention.step import new_head, phi_step
 
 
 @dataclass(frozen=True)
@@ -71,16 +80,16 @@ def summarize(marks: list[tuple[bool, bool, float]]) -> dict[str, float]:
             "answer_in_top_3": statistics.mean(m[1] for m in marks), "answer_share": statistics.mean(m[2] for m in marks)}
 
 
-def fold_examples(loaded: LoadedModel, model: nn.Module, config: training.TrainConfig, args: argparse.Namespace,
+def fold_examples(loaded: LoadedModel, model: nn.Module, config: TrainConfig, args: argparse.Namespace,
                   head_config: phi.PhiConfig, cache: Path) -> list[tuple[list, list]]:
     """Per fold, (training examples, held-out variant_dev examples) as that fold phi's training sees them: all
     the rows phi may learn from, in training's order, less the fold's."""
-    _, train_rows, _ = training.training_rows(loaded, config, args.data, RESULTS_ROOT, Settings().model,
-                                              training.DataRule("with-variant"))
-    examples = training.build_examples(loaded, model, train_rows, head_config, config.max_tokens,
-                                       cache / training.features_cache_name(head_config, config.max_tokens))
+    _, train_rows, _ = training_rows(loaded, config, args.data, RESULTS_ROOT, Settings().model,
+                                     DataRule("with-variant"))
+    examples = build_examples(loaded, model, train_rows, head_config, config.max_tokens,
+                              cache / features_cache_name(head_config, config.max_tokens))
     out = []
-    for fold in folds.make_folds(training.variant_pool(args.data), args.folds, args.split, args.fold_seed):
+    for fold in folds.make_folds(variant_pool(args.data), args.folds, args.split, args.fold_seed):
         held = {r.uuid for r in fold}
         out.append(([ex for ex in examples if ex.uuid not in held], [ex for ex in examples if ex.uuid in held]))
     return out
@@ -88,19 +97,19 @@ def fold_examples(loaded: LoadedModel, model: nn.Module, config: training.TrainC
 
 def frozen_trunk(loaded: LoadedModel, model: nn.Module, candidate: Candidate, args: argparse.Namespace,
                  cache: Path) -> dict:
-    config = replace(training.TrainConfig(), variant=candidate.variant, head=candidate.head,
+    config = replace(TrainConfig(), variant=candidate.variant, head=candidate.head,
                      trunk_layers=candidate.layers)
     head_config = phi.default_config(loaded.model, candidate.head, candidate.layers)
     marks, seconds, weigh_s, tokens = [], [], 0.0, 0
     for train_examples, held in fold_examples(loaded, model, config, args, head_config, cache):
         alignments = None
         if candidate.variant == "first-order":
-            alignments = training.cached_alignments(model, train_examples, config.inner_lr,
-                                                    cache / training.alignments_cache_name(config))
-        head, optimizer = training.new_head(head_config, config)
+            alignments = cached_alignments(model, train_examples, config.inner_lr,
+                                           cache / alignments_cache_name(config))
+        head, optimizer = new_head(head_config, config)
         started = time.perf_counter()
         for step in range(config.steps):
-            training.phi_step(head, optimizer, model, train_examples, step, config, alignments)
+            phi_step(head, optimizer, model, train_examples, step, config, alignments)
         seconds.append(time.perf_counter() - started)
         with torch.no_grad():  # the documents are shorter than phi's window: the cached features are its input
             marks += [judged(head(ex.features), ex.object_mask, args.threshold) for ex in held if ex.object_mask.sum() > 0]
@@ -117,7 +126,7 @@ def frozen_trunk(loaded: LoadedModel, model: nn.Module, candidate: Candidate, ar
 def lora_trunk(loaded: LoadedModel, args: argparse.Namespace, cache: Path, epochs: int = 2, batch: int = 8) -> dict:
     """phi = the base model with its own LoRA (rank 8, every projection of the top layers) and the mlp head over
     3 of its layers, learning the answer tokens, trained on fold 0's training rows and judged on fold 0."""
-    config = replace(training.TrainConfig(), variant="answer", head="mlp", trunk_layers=3)
+    config = replace(TrainConfig(), variant="answer", head="mlp", trunk_layers=3)
     head_config = phi.default_config(loaded.model, "mlp", 3)
     train_examples, held = fold_examples(loaded, loaded.model, config, args, head_config, cache)[0]
     n = loaded.model.config.num_hidden_layers
@@ -168,16 +177,17 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--fold-seed", type=int, default=0)
     parser.add_argument("--threshold", type=float, default=Settings().weight_threshold)
     parser.add_argument("--lora-trunk", action="store_true", help="also phi with its own LoRA (fold 0 only; ~7 min)")
-    parser.add_argument("--data", type=Path, default=lama_ckl.DEFAULT_DATA)
+    lama_ckl.add_data_argument(parser)
     parser.add_argument("--out", type=Path, default=RESULTS_ROOT / "phi-heads")
     args = parser.parse_args(argv)
+    args.data = lama_ckl.data_folder(args.data)
     loaded = load_model(Settings())
     # As ckl train-attention does: the first-order alignments are computed on a fresh adapter.
     loaded.model.set_attn_implementation("eager")
-    defaults = training.TrainConfig()
+    defaults = TrainConfig()
     torch.manual_seed(defaults.seed)
     model = AdapterMethod(loaded.model, loaded.tokenizer,
-                          Settings(lora_rank=defaults.lora_rank, lora_alpha=defaults.lora_alpha)).model
+                          Settings(method_settings={"adapter": {"rank": defaults.lora_rank, "alpha": defaults.lora_alpha}})).model
     cache = RESULTS_ROOT / "train-attention" / "cache"  # shared with ckl train-attention's runs
     results = {c.name: frozen_trunk(loaded, model, c, args, cache) for c in CANDIDATES}
     if args.lora_trunk:  # on a model of its own: phi's adapter is not the learner's

@@ -19,13 +19,19 @@ import json
 import statistics
 from pathlib import Path
 
-from bench.lama_ckl.report import SHOWN_GROUPS, answer_groups, best_scores, learned_by_group
+from bench.lama_ckl.report import (
+    SHOWN_GROUPS,
+    answer_groups,
+    best_scores,
+    learned_by_group,
+)
 from bench.phi_transfer import object_share
-from service.model.loader import load_model
-from service.settings import Settings
+from core.model.loader import load_model
+from core.settings import Settings
 from workers import examples, lama_ckl, weighting
-from workers.attention import folds, training
-from workers.attention.phi import TrainAttention
+from workers.train_attention import folds
+from workers.train_attention.phi import TrainAttention
+from workers.train_attention.rows import variant_pool
 
 SHARES = ((0.0, 0.01), (0.01, 0.5), (0.5, 0.99), (0.99, 1.01))  # buckets of the answer's share of the weight
 
@@ -46,14 +52,15 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--phis", type=Path, required=True, help="the folder of its fold phis (fold0, fold1, ...)")
     parser.add_argument("--method", default="taalm", help="the run's method that weighed with these phis")
     parser.add_argument("--cuts", default="0.1,0.5", help="relative thresholds; the first splits the rows")
-    parser.add_argument("--data", type=Path, default=lama_ckl.DEFAULT_DATA)
+    lama_ckl.add_data_argument(parser)
     args = parser.parse_args(argv)
+    args.data = lama_ckl.data_folder(args.data)
     results = json.loads(args.results.read_text())
     config, methods = results["config"], {m["method"]: m for m in results["methods"]}
     cuts = [float(c) for c in args.cuts.split(",")]
     by_uuid = {r.uuid: r for r in lama_ckl.read_pools(args.data)[0]}
     rows = [by_uuid[u] for u in results["tailoring"]["to_learn_uuids"]]
-    pool_folds = folds.make_folds(training.variant_pool(args.data), config["crossfit"], config["crossfit_split"],
+    pool_folds = folds.make_folds(variant_pool(args.data), config["crossfit"], config["crossfit_split"],
                                   config["fold_seed"])
     fold_of = folds.fold_index(pool_folds)
     loaded = load_model(Settings())

@@ -14,12 +14,12 @@ import json
 import statistics
 from pathlib import Path
 
-from service.model.loader import load_model
-from service.settings import Settings
+from core.model.loader import load_model
+from core.settings import Settings
 from workers import lama_ckl, weighting
-from workers.attention.phi import TrainAttention, packaged_checkpoint
-from workers.attention.training import VARIANTS
 from workers.provenance import RESULTS_ROOT
+from workers.train_attention.config import VARIANTS
+from workers.train_attention.phi import TrainAttention, packaged_checkpoint
 
 REPORTED_ROWS = 64  # what `ckl bench lama-ckl --to-learn 64` trains on
 
@@ -62,8 +62,9 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="ckl bench phi-transfer", description=__doc__.split("\n")[0])
     parser.add_argument("--threshold", type=float, default=Settings().weight_threshold)
     parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--data", type=Path, default=lama_ckl.DEFAULT_DATA)
+    lama_ckl.add_data_argument(parser)
     args = parser.parse_args(argv)
+    args.data = lama_ckl.data_folder(args.data)
 
     settings = Settings()
     loaded = load_model(settings)

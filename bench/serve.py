@@ -169,8 +169,8 @@ def table(baseline: dict[str, Any], levels: dict[str, dict[str, Any]]) -> str:
 
 
 def main(argv: list[str]) -> None:
-    from service.model.loader import default_model_path
-    from service.settings import Settings
+    from core.model.loader import default_model_path
+    from core.settings import Settings
 
     parser = argparse.ArgumentParser(prog="ckl bench serve")
     parser.add_argument("--clients", default="1,4,16", help="concurrency levels, comma-separated")

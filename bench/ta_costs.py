@@ -13,17 +13,17 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
-from service.knowledge.scoring import decoder_and_head
-from service.model.loader import load_model
-from service.settings import Settings
+from core.model.base_only import base_only
+from core.model.loader import load_model
+from core.scoring import decoder_and_head
+from core.settings import Settings
+from core.training import Example
+from methods.adapter.training import AdapterMethod
 from workers import lama_ckl, weighting
-from workers.attention.phi import TrainAttention, base_only, packaged_checkpoint
-from workers.methods.adapter import AdapterMethod
-from workers.methods.base import Example
+from workers.train_attention.phi import TrainAttention, packaged_checkpoint
 
 
 def step_seconds(method: AdapterMethod, batches: list[list[Example]], repeats: int) -> float:
@@ -62,14 +62,15 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threshold", type=float, default=Settings().weight_threshold)
-    parser.add_argument("--data", default=str(lama_ckl.DEFAULT_DATA))
+    lama_ckl.add_data_argument(parser)
     args = parser.parse_args(argv)
+    data = lama_ckl.data_folder(args.data)
 
     settings = Settings()
     loaded = load_model(settings)
     method = AdapterMethod(loaded.model, loaded.tokenizer, settings)
     phi = TrainAttention.from_path(method.model, packaged_checkpoint(settings.model))
-    rows = lama_ckl.read_rows(lama_ckl.data_files(Path(args.data))[0], args.docs)
+    rows = lama_ckl.read_rows(lama_ckl.data_files(data)[0], args.docs)
     raw = []
     for row in rows:
         ids = loaded.tokenizer(row.evidence, truncation=True, max_length=args.max_tokens)["input_ids"]

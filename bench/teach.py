@@ -24,8 +24,8 @@ from pathlib import Path
 import httpx
 
 from bench.server import running_server
-from ckl.client import wait_for_document
-from workers.lama_ckl import DEFAULT_DATA, read_invariant
+from service.client import wait_for_document
+from workers.lama_ckl import add_data_argument, read_invariant
 from workers.provenance import RESULTS_ROOT, git_commit
 
 FACTS = Path(__file__).with_name("facts.jsonl")
@@ -154,7 +154,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--no-probes", action="store_true", help="send documents without probes")
     parser.add_argument("--url", help="a running server; default: start an embedded one on a fresh data folder")
     parser.add_argument("--facts", type=Path, default=FACTS, help="JSONL facts (ckl bench make-facts makes more)")
-    parser.add_argument("--lama", type=Path, default=DEFAULT_DATA, help="LAMA-ckl folder for the second NF set")
+    add_data_argument(parser, "--lama", "LAMA-ckl folder for the second NF set; without one, no second set")
     parser.add_argument("--out", type=Path, default=RESULTS_ROOT / "teach")
     args = parser.parse_args(argv)
     facts = [json.loads(line) for line in args.facts.read_text().splitlines() if line.strip()][: args.n]
@@ -162,7 +162,7 @@ def main(argv: list[str]) -> None:
     if args.url:
         summary = run(args.url, facts, args.method, args.weighting, not args.no_probes, args.lama)
     else:
-        from service.settings import Settings
+        from core.settings import Settings
 
         with running_server(Settings().models_dir) as url:
             summary = run(url, facts, args.method, args.weighting, not args.no_probes, args.lama)

@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from service.settings import Settings
+    from core.settings import Settings
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
     """Settings from the environment, overridden by the flags the command was given."""
-    from service.settings import Settings
+    from core.settings import Settings
 
     flags = ("data_dir", "host", "port", "model", "redis_url")
     return Settings(**{k: v for k in flags if (v := getattr(args, k, None)) is not None})
@@ -24,7 +24,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 def binding_refusal(settings) -> str | None:
     """Why the server must not start as configured: open to everyone and reachable from other machines."""
-    from service.auth import is_loopback
+    from core.keys import is_loopback
 
     if settings.api_keys or settings.allow_unauthenticated or is_loopback(settings.host):
         return None
@@ -35,9 +35,9 @@ def binding_refusal(settings) -> str | None:
 def cmd_keys(args: argparse.Namespace) -> None:
     import json
 
-    from service.auth import SCOPES, KeyConfig, hash_key, new_key
-
     from pydantic import ValidationError
+
+    from core.keys import SCOPES, KeyConfig, hash_key, new_key
 
     try:
         entry = KeyConfig(name=args.name, sha256="0" * 64, scopes=args.scopes.split(","))  # checks name and scopes
@@ -53,9 +53,9 @@ def cmd_keys(args: argparse.Namespace) -> None:
 def cmd_serve(args: argparse.Namespace) -> None:
     import uvicorn
 
-    from service import logs
+    from core import logs
+    from core.runtime import Runtime
     from service.app import create_app
-    from service.runtime import Runtime
     from workers import job
 
     settings = settings_from(args)
@@ -74,7 +74,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> None:
-    from service import logs
+    from core import logs
     from workers.job import run_worker
 
     settings = settings_from(args)
@@ -89,17 +89,18 @@ def cmd_generate(args: argparse.Namespace) -> None:
     body = {"prompt": args.prompt, "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
             "top_p": args.top_p, "seed": args.seed}
     if args.url:
-        from ckl import client
+        from service import client
 
         try:
             result = client.generate(args.url, body)
         except client.Refused as refused:
             sys.exit(str(refused))
     else:
-        from service.knowledge.versions import VersionStore
-        from service.model.generation import SamplingParams, generate
-        from service.model.loader import load_model
-        from service.model.serving import ServingModel, install_committed
+        import methods  # noqa: F401  (registers every method folder)
+        from core.model.generation import SamplingParams, generate
+        from core.model.loader import load_model
+        from core.model.serving import ServingModel, install_committed
+        from core.versions import VersionStore
 
         settings = settings_from(args)
         print("loading the model...", file=sys.stderr, flush=True)
@@ -115,7 +116,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
 
 def cmd_teach(args: argparse.Namespace) -> None:
-    from ckl import client
+    from service import client
 
     text = Path(args.text).read_text() if Path(args.text).is_file() else args.text
     probes = []
@@ -136,15 +137,15 @@ def cmd_teach(args: argparse.Namespace) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> None:
-    from ckl import client
+    from service import client
 
     print(json.dumps(client.status(args.url), indent=2))
 
 
 def cmd_calibrate(args: argparse.Namespace) -> None:
-    from service.knowledge.probes import ProbeSuites, read_probe_file, shipped_pool
-    from service.knowledge.scoring import score_probes
-    from service.model.loader import load_model
+    from core.model.loader import load_model
+    from core.probes import ProbeSuites, read_probe_file, shipped_pool
+    from core.scoring import score_probes
 
     settings = settings_from(args)
     loaded = load_model(settings, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -164,22 +165,31 @@ BENCHES = {"generate": "bench.generate", "serve": "bench.serve", "dtype": "bench
            "api-overhead": "bench.overhead"}
 
 
+# Packages of the `bench` extra only (pyproject.toml), never needed to serve.
+BENCH_ONLY = ("psutil", "matplotlib")
+
+
 def cmd_bench(args: argparse.Namespace) -> None:
     from importlib import import_module
 
-    import_module(BENCHES[args.bench]).main(args.rest)
+    try:
+        import_module(BENCHES[args.bench]).main(args.rest)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.split(".")[0] not in BENCH_ONLY:
+            raise
+        sys.exit(f"ckl bench {args.bench} needs {exc.name.split('.')[0]}: pip install 'ckl-serve[bench]'")
 
 
 def cmd_weights(args: argparse.Namespace) -> None:
-    from workers.attention import show
+    from workers.train_attention import show
 
     show.main(args, settings_from(args))
 
 
 def cmd_export(args: argparse.Namespace) -> None:
-    from service.knowledge.export import NotExportable, export_adapter
-    from service.knowledge.versions import UnknownVersion, VersionStore
-    from service.model.loader import resolve_model_source
+    from core.model.loader import resolve_model_source
+    from core.versions import UnknownVersion, VersionStore
+    from methods.adapter.export import NotExportable, export_adapter
 
     settings = settings_from(args)
     base = resolve_model_source(settings, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -190,14 +200,14 @@ def cmd_export(args: argparse.Namespace) -> None:
     print(f"version {args.version} written to {out} as a PEFT adapter for {base}")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ckl", description="ckl-serve: a language-model server that keeps learning.")
-    sub = parser.add_subparsers(dest="command", required=True)
+def local(p: argparse.ArgumentParser) -> None:
+    """The flags of a command that loads the model in this process."""
+    p.add_argument("--data-dir", type=Path, help="data folder (default ./data or CKL_DATA_DIR)")
+    p.add_argument("--model", help="'default' (packaged Gemma 3 270M), a local path or a hub id")
 
-    def local(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--data-dir", type=Path, help="data folder (default ./data or CKL_DATA_DIR)")
-        p.add_argument("--model", help="'default' (packaged Gemma 3 270M), a local path or a hub id")
 
+def add_server_commands(sub: argparse._SubParsersAction) -> None:
+    """serve, keys, worker: running the service."""
     p = sub.add_parser("serve", help="run the HTTP server")
     local(p)
     p.add_argument("--host")
@@ -218,6 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--burst", action="store_true", help="exit when the queue is empty")
     p.set_defaults(func=cmd_worker)
 
+
+def add_client_commands(sub: argparse._SubParsersAction) -> None:
+    """generate, teach, status: asking a server (generate also in-process)."""
     p = sub.add_parser("generate", help="complete a prompt (against --url, or in-process)")
     local(p)
     p.add_argument("prompt")
@@ -240,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--url", default=DEFAULT_URL)
     p.set_defaults(func=cmd_status)
 
+
+def add_model_commands(sub: argparse._SubParsersAction) -> None:
+    """probes, train-attention, weights, export, bench: the model's data, phi, and measurements."""
     p = sub.add_parser("probes", help="probe suites")
     probes_sub = p.add_subparsers(dest="probes_command", required=True)
     c = probes_sub.add_parser("calibrate", help="score a pool on the base model and keep what it answers as the NF suite")
@@ -268,15 +284,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("bench", choices=list(BENCHES))
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_bench)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ckl", description="ckl-serve: a language-model server that keeps learning.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_server_commands(sub)
+    add_client_commands(sub)
+    add_model_commands(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["train-attention"]:  # its own parser, flags and --help included
-        from workers.attention import training
+        from workers.train_attention import cli
 
-        return training.main(argv[1:])
+        return cli.main(argv[1:])
     args = build_parser().parse_args(argv)
     args.func(args)
 

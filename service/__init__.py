@@ -1,1 +1,1 @@
-"""The API process and what it shares with the workers."""
+"""The API process: HTTP only (routes, protocol models, errors, middleware, metrics) over core.Runtime."""

@@ -9,6 +9,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from service.openai.protocol import ErrorInfo, ErrorResponse
+
 OPENAI_TYPES = {401: "authentication_error", 403: "permission_error", 404: "invalid_request_error",
                 429: "rate_limit_error", 503: "service_unavailable"}
 
@@ -38,8 +40,8 @@ def respond(request: Request, status: int, code: str, message: str, fields: list
     if request.url.path.startswith("/v1/"):
         status = 400 if status == 422 else status  # OpenAI answers an invalid request with 400
         param = fields[0]["field"] if fields else None
-        body = {"error": {"message": message, "type": OPENAI_TYPES.get(status, "invalid_request_error"),
-                          "param": param, "code": code}}
+        body = ErrorResponse(error=ErrorInfo(message=message, type=OPENAI_TYPES.get(status, "invalid_request_error"),
+                                             param=param, code=code)).model_dump()
     else:
         body = error_body(code, message, fields)
     return JSONResponse(body, status_code=status, headers=headers)

@@ -10,7 +10,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
-from service import forgetting
+from core import forgetting
+from core.lifecycle import PENDING
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 TIMINGS = {"train_s": "ckl_job_train_seconds", "gate_s": "ckl_job_gate_seconds",
@@ -30,7 +31,7 @@ class DataFolderCollector(Collector):
             by_status.add_metric([status], count)
         yield by_status
         yield GaugeMetricFamily("ckl_queue_depth", "Documents queued or in training",
-                                value=sum(r["status"] in ("queued", "training", "evaluating") for r in records))
+                                value=sum(r["status"] in PENDING for r in records))
         for key, name in TIMINGS.items():
             values = [r["timings"][key] for r in records if key in (r.get("timings") or {})]
             yield SummaryMetricFamily(name, f"Seconds per finished job ({key})", count_value=len(values),

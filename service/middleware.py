@@ -9,7 +9,7 @@ import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service import logs
+from core import logs
 
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 

@@ -1,13 +1,12 @@
 """Request and response bodies of the HTTP API. Unknown fields are refused everywhere."""
 from __future__ import annotations
 
-from typing import Literal
-
 import re
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from service.knowledge import methods
+from core import registry
 
 WEIGHTINGS = ("train_attention", "uniform", "oracle")
 MIN_TEMPERATURE = 0.01  # below it, logits / temperature overflow to inf: greedy (0) is the way to ask for that
@@ -73,8 +72,8 @@ class DocumentRequest(Strict):
     @field_validator("method")
     @classmethod
     def _known_method(cls, value: str | None) -> str | None:
-        if value is not None and value not in methods.servable():
-            raise ValueError(f"unknown method {value!r}; one of: {', '.join(methods.servable())}")
+        if value is not None and value not in registry.servable():
+            raise ValueError(f"unknown method {value!r}; one of: {', '.join(registry.servable())}")
         return value
 
 

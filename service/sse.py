@@ -7,13 +7,17 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
 
 
-def event_stream(events: Iterable[dict[str, Any]], done_marker: bool = False) -> StreamingResponse:
+def event_stream(events: Iterable[dict[str, Any] | BaseModel], done_marker: bool = False) -> StreamingResponse:
+    """A model is sent with the fields it was given (exclude_unset): OpenAI's chunks leave out what a chunk
+    does not carry (service/openai/protocol.py)."""
     def lines() -> Iterator[str]:
         try:
             for event in events:
-                yield f"data: {json.dumps(event, ensure_ascii=False)}\n\n"
+                body = event.model_dump(mode="json", exclude_unset=True) if isinstance(event, BaseModel) else event
+                yield f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
             if done_marker:  # OpenAI's terminator
                 yield "data: [DONE]\n\n"
         finally:  # a client that went away: close what feeds the events (it frees the generation's slot)

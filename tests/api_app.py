@@ -7,20 +7,24 @@ from contextlib import contextmanager
 
 from fastapi.testclient import TestClient
 
+from core.lifecycle import FINAL
+from core.runtime import Runtime
+from core.settings import Settings
 from service.app import create_app
-from service.runtime import Runtime
-from service.settings import Settings
 from tests.tiny import tiny_loaded
 from workers.learner import Learner
 
-FINAL = ("committed", "rejected", "failed")
+TINY_METHODS = {"adapter": {"rank": 4, "alpha": 8, "learning_rate": 1e-2},
+                "memory": {"sub_keys": 64, "heads": 2, "k": 4, "key_dim": 8}}
 
 
-def tiny_settings(data_dir, **overrides) -> Settings:
-    """Small adapter and memory, a fast learning rate, and a gate that only asks for the document's own probes."""
-    values = dict(data_dir=data_dir, lora_rank=4, lora_alpha=8, learning_rate=1e-2, max_steps=60, check_every=1,
-                  weighting="oracle", memory_sub_keys=64, memory_heads=2, memory_k=4, memory_key_dim=8,
-                  nf_tolerance=1.0, learned_tolerance=1.0)
+def tiny_settings(data_dir, methods: dict[str, dict] | None = None, **overrides) -> Settings:
+    """Small adapter and memory, a fast learning rate, and a gate that only asks for the document's own probes.
+    `methods`: each method's settings over TINY_METHODS', by method name."""
+    merged = {name: {**TINY_METHODS.get(name, {}), **(methods or {}).get(name, {})}
+              for name in {*TINY_METHODS, *(methods or {})}}
+    values = dict(data_dir=data_dir, max_steps=60, check_every=1, weighting="oracle", nf_tolerance=1.0,
+                  learned_tolerance=1.0, method_settings=merged)
     return Settings(**{**values, **overrides})
 
 

@@ -14,12 +14,21 @@ import httpx
 import pytest
 
 from bench.server import free_port
-from service.model.loader import LoadedModel
+from core.model.loader import LoadedModel
 from tests.tiny import tiny_loaded, tiny_model, tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 # The converted default model is shared by every test run on this machine (gitignored).
 MODEL_CACHE = Path(os.environ.get("CKL_TEST_MODEL_CACHE", ROOT / ".cache" / "models"))
+# The LAMA-ckl data is not in the repository: CKL_TEST_LAMA_DIR, else the shared folder beside the clone.
+LAMA_ENV = "CKL_TEST_LAMA_DIR"
+LAMA_BESIDE = ROOT.parent / "shared" / "data" / "lama_ckl"
+LAMA_FILES = ("variant_dev.jsonl", "invariant_descriptive.jsonl", "invariant_schematic.jsonl")
+_lama_skipped: list[str] = []
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("true", "1")
 
 
 @pytest.fixture
@@ -31,8 +40,30 @@ def tiny() -> LoadedModel:
 
 
 @pytest.fixture(scope="session")
+def lama_dir() -> Path:
+    """The LAMA-ckl data folder (CKL_TEST_LAMA_DIR, else ../shared/data/lama_ckl). CI always has it, so there a
+    missing folder fails every test that needs it; elsewhere those tests skip, and the run's summary says why."""
+    folder = Path(os.environ[LAMA_ENV]) if os.environ.get(LAMA_ENV) else LAMA_BESIDE
+    missing = [name for name in LAMA_FILES if not (folder / name).is_file()]
+    if not missing:
+        return folder
+    reason = f"no LAMA-ckl data: {', '.join(missing)} not in {folder} (set {LAMA_ENV} to the folder that holds them)"
+    if in_ci():
+        pytest.fail(f"{reason}; CI=true, where the data must be there (../shared/data/lama_ckl beside the clone)",
+                    pytrace=False)
+    _lama_skipped.append(reason)
+    pytest.skip(reason)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Say it when tests skipped for want of the LAMA-ckl data (a plain `pytest -q` lists no skip reasons)."""
+    if _lama_skipped:
+        terminalreporter.write_line(f"skipped the tests that read LAMA-ckl: {_lama_skipped[0]}", yellow=True)
+
+
+@pytest.fixture(scope="session")
 def real_model_dir() -> Path:
-    from service.model.loader import default_model_path
+    from core.model.loader import default_model_path
 
     return default_model_path(MODEL_CACHE)
 

@@ -1,17 +1,16 @@
 """The adapter update method on the tiny model: it learns, it continues a delta, version 0 is exact."""
 import torch
 
-from service.knowledge.adapter import LoraState
-
-from service.knowledge.scoring import Probe, score_probes
-from service.settings import Settings
+from core.scoring import Probe, score_probes
+from core.settings import Settings
+from core.training import Example
+from methods.adapter.layer import LoraState
+from methods.adapter.training import AdapterMethod
 from workers import weighting
-from workers.methods.adapter import AdapterMethod
-from workers.methods.base import Example
 
 
 def make(tiny):
-    settings = Settings(lora_rank=4, lora_alpha=8, learning_rate=1e-2, check_every=1)
+    settings = Settings(check_every=1, method_settings={"adapter": {"rank": 4, "alpha": 8, "learning_rate": 1e-2}})
     return AdapterMethod(tiny.model, tiny.tokenizer, settings)
 
 

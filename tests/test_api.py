@@ -35,11 +35,54 @@ def test_the_base_model_knows_a_fact(server):
     assert body["finish_reason"] == "length" and body["timing"]["total_s"] > 0
 
 
-def test_greedy_is_deterministic_and_seeded_sampling_repeats(server):
-    greedy = {"prompt": "The largest planet in the Solar System is", "max_new_tokens": 12}
-    assert post(server, "/generate", json=greedy).json()["text"] == post(server, "/generate", json=greedy).json()["text"]
-    sampled = {**greedy, "temperature": 1.0, "top_p": 0.9, "seed": 7}
-    assert post(server, "/generate", json=sampled).json()["text"] == post(server, "/generate", json=sampled).json()["text"]
+@pytest.fixture(scope="module")
+def plain_model(real_model_dir):
+    """The same model folder loaded here with plain transformers: no server, scheduler or methods."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(real_model_dir)
+    return AutoModelForCausalLM.from_pretrained(real_model_dir, dtype=torch.float32).eval(), tokenizer
+
+
+def sampled_here(plain_model, prompt: str, tokens: int, temperature: float, top_p: float, seed: int) -> str:
+    """`tokens` tokens sampled one by one on the plain model with the seeded generator the server seeds."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from core.model.generation import eos_ids, sample_token, seeded
+
+    model, tokenizer = plain_model
+    stops = eos_ids(SimpleNamespace(model=model, tokenizer=tokenizer))  # the server's end-of-sequence tokens
+    generator, ids, past, out = seeded(seed), torch.tensor([tokenizer(prompt)["input_ids"]]), None, []
+    with torch.inference_mode():
+        for _ in range(tokens):
+            step = model(input_ids=ids, past_key_values=past, use_cache=True)
+            token = sample_token(step.logits[0, -1].float(), temperature, top_p, generator)
+            if token in stops:
+                break
+            out.append(token)
+            past, ids = step.past_key_values, torch.tensor([[token]])
+    return tokenizer.decode(out, skip_special_tokens=True)
+
+
+def test_greedy_and_seeded_answers_are_those_of_the_plain_model(server, plain_model):
+    """Greedy: transformers' own `generate` on a second load of the model. Seeded sampling: the same seed on that
+    load, sampled token by token here; both requests of each kind must give that answer."""
+    import torch
+
+    model, tokenizer = plain_model
+    prompt = "The largest planet in the Solar System is"
+    ids = tokenizer(prompt, return_tensors="pt")
+    with torch.inference_mode():
+        generated = model.generate(**ids, max_new_tokens=12, do_sample=False)
+    greedy = tokenizer.decode(generated[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+    body = {"prompt": prompt, "max_new_tokens": 12}
+    assert [post(server, "/generate", json=body).json()["text"] for _ in range(2)] == [greedy] * 2
+    sampled = {**body, "temperature": 1.0, "top_p": 0.9, "seed": 7}
+    expected = sampled_here(plain_model, prompt, 12, 1.0, 0.9, 7)
+    assert [post(server, "/generate", json=sampled).json()["text"] for _ in range(2)] == [expected] * 2
 
 
 def test_stop_string_ends_the_completion(server):

@@ -6,7 +6,7 @@ import pytest
 from fastapi.routing import APIRoute
 
 from ckl.cli import binding_refusal
-from service.auth import KeyConfig, hash_key
+from core.keys import KeyConfig, hash_key
 from service.middleware import host_name
 from tests.api_app import tiny_client, tiny_settings
 
@@ -142,7 +142,7 @@ def test_access_lines_and_json_logs_carry_the_request_id(tmp_path, caplog):
     import json
     import logging
 
-    from service import logs
+    from core import logs
 
     with tiny_client(tiny_settings(tmp_path, access_log=True)) as client, caplog.at_level(logging.INFO, "ckl.access"):
         client.get("/health", headers={"X-Request-ID": "req-7"})
@@ -163,8 +163,8 @@ def test_queued_documents_and_must_keep_probes_are_capped(tmp_path):
 
     from fastapi.testclient import TestClient
 
+    from core.runtime import Runtime
     from service.app import create_app
-    from service.runtime import Runtime
     from tests.tiny import tiny_loaded
 
     release = threading.Event()

@@ -7,12 +7,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from service.answers import Answers
+from core.model.batching import Scheduler
+from core.model.generation import Generation, SamplingParams, generate, stream
+from core.model.serving import ServingModel
 from service.errors import ApiError
+from service.generations import GenerationService
 from service.metrics import Metrics
-from service.model.batching import Scheduler
-from service.model.generation import Generation, SamplingParams, generate, stream
-from service.model.serving import ServingModel
 from tests.test_serving import SETTINGS, random_adapter
 
 WINDOW = 16  # the tiny model's sliding window (tests/tiny.py)
@@ -131,44 +131,44 @@ def test_a_swap_during_a_batch_keeps_each_answer_on_the_version_it_reports(tiny)
     assert serving._pins[0] == serving._pins[1] == 0
 
 
-def answers_on(tiny, **settings) -> Answers:
+def generations_on(tiny, **settings) -> GenerationService:
     settings = SETTINGS.model_copy(update=settings)
     runtime = SimpleNamespace(settings=settings, serving=ServingModel(tiny, settings), error=None)
-    return Answers(runtime, Metrics(runtime))
+    return GenerationService(runtime, Metrics(runtime))
 
 
 def test_a_closed_stream_frees_its_row_at_the_next_step(tiny):
-    answers = answers_on(tiny, max_concurrent_generations=1, max_waiting_generations=0)
-    serving, scheduler = answers.serving(), answers.scheduler()
+    generations = generations_on(tiny, max_concurrent_generations=1, max_waiting_generations=0)
+    serving, scheduler = generations.serving(), generations.scheduler()
     ids = tiny.tokenizer("the capital of")["input_ids"]
     closed = threading.Event()
     steps = watch(serving, {2: lambda: closed.wait(10)})  # the first request's second step waits for the close
-    first = answers.stream(ids, SamplingParams(max_new_tokens=100))
+    first = generations.stream(ids, SamplingParams(max_new_tokens=100))
     assert isinstance(next(first), str)
     with pytest.raises(ApiError) as full:
-        answers.stream(ids, SamplingParams(max_new_tokens=1))
+        generations.stream(ids, SamplingParams(max_new_tokens=1))
     assert full.value.status == 429 and full.value.headers == {"Retry-After": "1"}
     first.close()  # a client that went away
     closed.set()
-    *_, done = answers.stream(ids, SamplingParams(max_new_tokens=3))  # admitted at once; decoded after the next step
+    *_, done = generations.stream(ids, SamplingParams(max_new_tokens=3))  # admitted at once; decoded after the next step
     assert isinstance(done, Generation) and done.completion_tokens <= 3
     assert len(steps) <= 2 + 3  # the closed request decoded no step past the one running when it closed
     assert scheduler.running() == 0 and serving._pins[0] == 0
 
 
 def test_requests_wait_for_a_row_and_only_past_the_waiting_queue_get_429(tiny):
-    answers = answers_on(tiny, max_concurrent_generations=1, max_waiting_generations=1)
-    serving, scheduler = answers.serving(), answers.scheduler()
+    generations = generations_on(tiny, max_concurrent_generations=1, max_waiting_generations=1)
+    serving, scheduler = generations.serving(), generations.scheduler()
     ids = tiny.tokenizer("the capital of")["input_ids"]
     checked = threading.Event()
     steps = watch(serving, {3: lambda: checked.wait(10)})
-    first = answers.stream(ids, SamplingParams(max_new_tokens=20))
+    first = generations.stream(ids, SamplingParams(max_new_tokens=20))
     next(first)
     results: dict = {}
-    waiter = consume(answers.stream(ids, SamplingParams(max_new_tokens=5)), results, "second")
+    waiter = consume(generations.stream(ids, SamplingParams(max_new_tokens=5)), results, "second")
     until(lambda: scheduler.waiting() == 1 and scheduler.running() == 1)  # the first decodes, the second waits
     with pytest.raises(ApiError) as full:
-        answers.stream(ids, SamplingParams(max_new_tokens=1))
+        generations.stream(ids, SamplingParams(max_new_tokens=1))
     assert full.value.status == 429 and full.value.headers == {"Retry-After": "1"}
     checked.set()
     *_, one = first

@@ -1,7 +1,7 @@
 """Crashes of real processes on the tiny model: `ckl worker` killed at every point of a job, redis-server
 killed and restarted with its append-only file while documents wait, a power cut that truncates a delta,
 and an embedded server killed by the document it learns. The kills inside a job are SIGKILLs the worker
-sends itself at a named point (service/faults.py: CKL_FAULT_KILL_AT), the one fault injection used here."""
+sends itself at a named point (core/faults.py: CKL_FAULT_KILL_AT), the one fault injection used here."""
 from __future__ import annotations
 
 import signal
@@ -14,9 +14,9 @@ import pytest
 import redis as redis_client
 
 from bench.server import free_port
-from ckl.client import wait_for_document
-from service import faults
-from service.knowledge.versions import VersionStore
+from core import faults
+from core.versions import VersionStore
+from service.client import wait_for_document
 from tests.conftest import Proc, Server, redis_server_binary, tiny_env
 
 pytestmark = pytest.mark.redis

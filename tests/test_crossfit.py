@@ -4,16 +4,25 @@ import hashlib
 import json
 from dataclasses import asdict
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from bench.lama_ckl import phis, run
-from service.knowledge.scoring import Probe
+from core.scoring import Probe
 from tests.tiny import tiny_loaded
 from workers import lama_ckl
-from workers.attention import folds, phi, training
+from workers.train_attention import cli as train_cli
+from workers.train_attention import folds, phi, training
+from workers.train_attention.config import TrainConfig
+from workers.train_attention.rows import (
+    DataRule,
+    select_variant,
+    uuids_digest,
+    variant_pool,
+)
 
-TINY = training.TrainConfig(steps=2, batch=2, val=2, val_outer=1, validate_every=1, checkpoint_every=1, max_tokens=32)
+TINY = TrainConfig(steps=2, batch=2, val=2, val_outer=1, validate_every=1, checkpoint_every=1, max_tokens=32)
 SUBJECTS = ["france", "germany", "italy", "veltoria", "marnhold", "tower"]
 
 
@@ -50,16 +59,16 @@ def test_folds_by_group_never_split_a_relation_and_answer():
 
 def test_the_held_out_fold_is_what_the_rest_does_not_train_on():
     pool = fake_rows(12, ["paris", "rome", "berlin"], ["capital", "maker"])
-    assert training.select_variant(pool, training.DataRule()) == ([], [])
-    assert training.select_variant(pool, training.DataRule("with-variant")) == (pool, [])
+    assert select_variant(pool, DataRule()) == ([], [])
+    assert select_variant(pool, DataRule("with-variant")) == (pool, [])
     k = folds.make_folds(pool, 3, "group", seed=0)
     for i in range(3):
-        trained, held_out = training.select_variant(pool, training.DataRule("with-variant", 3, i, "group"))
+        trained, held_out = select_variant(pool, DataRule("with-variant", 3, i, "group"))
         assert held_out == k[i] and {r.uuid for r in trained} == {r.uuid for r in pool} - {r.uuid for r in k[i]}
     with pytest.raises(ValueError, match="with-variant"):
-        training.DataRule("paper", folds=3)
+        DataRule("paper", folds=3)
     with pytest.raises(ValueError, match="0..2"):
-        training.DataRule("with-variant", 3, 3)
+        DataRule("with-variant", 3, 3)
 
 
 # -- on the tiny model -----------------------------------------------------------------------------
@@ -92,7 +101,7 @@ def lama(tmp_path_factory):
     cache.write_text(json.dumps({**{r["uuid"]: 0.0 for r in variant},
                                  **{r["uuid"]: float(i < 6) for i, r in enumerate(invariant)}}))
     made = {}
-    for name, rule in [("paper", training.DataRule()), ("all", training.DataRule("with-variant"))]:
+    for name, rule in [("paper", DataRule()), ("all", DataRule("with-variant"))]:
         made[name] = root / "phis" / name
         training.train_and_save(tiny_loaded(), TINY, rule, data, results / "train-attention" / name, results, "tiny",
                                 made[name], f"test {name}")
@@ -115,21 +124,22 @@ def test_the_manifest_names_the_data_files_the_rule_and_the_folds(lama, tmp_path
     assert paper["files"] == {k: v for k, v in sha.items() if k != "variant_dev.jsonl"}
     assert not any(u.startswith("v") for u in paper["train_uuids"])
 
-    rule = training.DataRule("with-variant", folds=3, hold_out=1, split="group", fold_seed=5)
+    rule = DataRule("with-variant", folds=3, hold_out=1, split="group", fold_seed=5)
     training.train_and_save(tiny_loaded(), TINY, rule, data, results / "train-attention" / "fold1", results, "tiny",
                             tmp_path / "fold1", "test fold")
     saved = manifest(tmp_path / "fold1")
     record, fold = saved["data"], saved["data"]["variant_dev"]
     assert record["files"] == sha and record["protocol"] == "with-variant" and saved["train"] == asdict(TINY)
     assert (fold["folds"], fold["hold_out"], fold["split"], fold["fold_seed"]) == (3, 1, "group", 5)
-    pool = training.variant_pool(data)
+    pool = variant_pool(data)
     held = [r.uuid for r in folds.make_folds(pool, 3, "group", 5)[1]]
     assert fold["held_out_uuids"] == held and fold["pool_rows"] == 12 and fold["trained_rows"] == 12 - len(held)
     trained = set(record["train_uuids"])
     assert trained.isdisjoint(held) and trained.isdisjoint(lama["nf"]) and trained.isdisjoint(record["val_uuids"])
     assert {r.uuid for r in pool} - set(held) <= trained
     assert len(record["train_uuids"]) == len(trained) == record["train_pairs"]  # the shared invariant rows once
-    assert fold["trained_uuids_sha256"] == training.uuids_digest([r for r in pool if r.uuid not in held])
+    assert len(set(record["val_uuids"])) == len(record["val_uuids"]) == record["val_pairs"]
+    assert fold["trained_uuids_sha256"] == uuids_digest([r for r in pool if r.uuid not in held])
 
 
 def bench(lama, monkeypatch, assign, **checkpoints):
@@ -161,7 +171,7 @@ def test_a_crossfitted_run_weighs_each_row_with_the_phi_that_never_saw_it(lama, 
     results = bench(lama, monkeypatch, crossfit, paper=lama["phis"]["paper"], all=lama["phis"]["all"])
     paper, crossfitted = results["methods"]
     assert paper["phis"] == {str(lama["phis"]["paper"]): 6}  # the paper's protocol beside, as it is
-    evaluated = [r for r in training.variant_pool(lama["data"]) if r.uuid in results["tailoring"]["to_learn_uuids"]]
+    evaluated = [r for r in variant_pool(lama["data"]) if r.uuid in results["tailoring"]["to_learn_uuids"]]
     assignment = crossfit(lama["phis"]["all"], evaluated)
     assert {str(p): n for p, n in phis.summary(assignment).items()} == crossfitted["phis"]
     assert len(set(assignment.values())) > 1
@@ -180,8 +190,8 @@ def test_the_command_lines_refuse_folds_without_their_rule_before_loading_a_mode
     from bench.lama_ckl import cli
 
     for main, argv, message in [
-            (training.main, ["--folds", "3"], "need the with-variant rule"),
-            (training.main, ["--rule", "with-variant", "--folds", "3", "--hold-out", "3"], "one of 0..2"),
+            (train_cli.main, ["--folds", "3"], "need the with-variant rule"),
+            (train_cli.main, ["--rule", "with-variant", "--folds", "3", "--hold-out", "3"], "one of 0..2"),
             (cli.main, ["--split", "group"], "go with --crossfit"),
             (cli.main, ["--crossfit", "1"], "at least 2 folds")]:
         with pytest.raises(SystemExit):
@@ -191,16 +201,23 @@ def test_the_command_lines_refuse_folds_without_their_rule_before_loading_a_mode
 
 @pytest.mark.parametrize("checkpoint", sorted(p.with_suffix("") for p in phi.CHECKPOINTS.glob("*.json")),
                          ids=lambda p: p.name)
-@pytest.mark.skipif(not lama_ckl.DEFAULT_DATA.is_dir(), reason="needs ../shared/data/lama_ckl")
-def test_each_packaged_phi_names_its_data_and_keeps_to_its_rule(checkpoint):
-    """The paper's protocol: no variant_dev row. The new rule's packaged phi: every variant_dev row, no fold held
-    out, and the sha256 of the file it read (NF rows stay out: the tiny model's manifest test above)."""
+def test_each_packaged_phi_names_its_data_and_keeps_to_its_rule(checkpoint, lama_dir):
+    """Against the data it names: the sha256 of the files it read, each uuid a row of them, trained or validated
+    on once (the invariant files share rows), never both, validated on invariant rows only, and the digests
+    it records. The paper's protocol: no variant_dev row. The new rule's packaged phi: every variant_dev row,
+    no fold held out (NF rows stay out: the tiny model's manifest test above)."""
     data = manifest(checkpoint)["data"]
-    files = lama_ckl.data_files(lama_ckl.DEFAULT_DATA)
-    variant = {r.uuid for r in training.variant_pool(lama_ckl.DEFAULT_DATA)}
-    trained = set(data["train_uuids"]) | set(data["val_uuids"])
+    files = lama_ckl.data_files(lama_dir)
+    variant = {r.uuid for r in variant_pool(lama_dir)}
+    invariant = {r.uuid for r in lama_ckl.read_invariant(lama_dir)}
+    train, val = data["train_uuids"], data["val_uuids"]
+    trained = set(train) | set(val)
     for f in files[1:]:
         assert data["files"][f.name] == hashlib.sha256(f.read_bytes()).hexdigest()
+    assert len(set(train)) == len(train) == data["train_pairs"] and len(set(val)) == len(val) == data["val_pairs"]
+    assert set(train).isdisjoint(val) and set(val) <= invariant and trained <= invariant | variant
+    assert data["train_uuids_sha256"] == uuids_digest([SimpleNamespace(uuid=u) for u in train])
+    assert data["val_uuids_sha256"] == uuids_digest([SimpleNamespace(uuid=u) for u in val])
     if data.get("protocol", "paper") == "paper":
         assert trained.isdisjoint(variant)
     else:

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import yaml
 
-from service.settings import Settings
+import methods  # noqa: F401  (registers every method folder)
+from core import registry
+from core.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,10 +24,17 @@ def env_names(service: dict) -> set[str]:
     return set(service.get("environment", {}))
 
 
+def known_settings() -> set[str]:
+    """Every CKL_* variable a setting reads: the server's, and each method's own (CKL_<METHOD>_*)."""
+    own = {f"{spec.config.model_config['env_prefix']}{field}".upper()
+           for spec in registry.registered() for field in spec.config.model_fields}
+    return {f"CKL_{name.upper()}" for name in Settings.model_fields} | own
+
+
 def test_compose_services_heal_and_read_only_settings_that_exist():
     services = compose("docker-compose.yml")["services"]
     assert set(services) == {"redis", "api", "worker"}
-    known = {f"CKL_{name.upper()}" for name in Settings.model_fields}
+    known = known_settings()
     for name, service in services.items():
         assert service["restart"] == "unless-stopped", name
         assert {n for n in env_names(service) if n.startswith("CKL_")} <= known, name
@@ -44,7 +53,7 @@ def test_compose_services_heal_and_read_only_settings_that_exist():
 
 def test_the_gpu_override_reserves_a_gpu_and_sets_only_known_settings():
     services = compose("compose.gpu.yml")["services"]
-    known = {f"CKL_{name.upper()}" for name in Settings.model_fields}
+    known = known_settings()
     for name in ("api", "worker"):
         assert env_names(services[name]) <= known
         assert services[name]["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
@@ -58,7 +67,7 @@ def test_the_dockerfile_passes_hadolint():
 
 
 def test_the_wheel_holds_every_data_file_of_the_packages(tmp_path):
-    tracked = subprocess.run(["git", "ls-files", "service", "workers", "bench", "ckl"], cwd=ROOT,
+    tracked = subprocess.run(["git", "ls-files", "core", "methods", "service", "workers", "bench", "ckl"], cwd=ROOT,
                              capture_output=True, text=True, check=True).stdout.split()
     data = {f for f in tracked if not f.endswith(".py")}
     assert "bench/facts.jsonl" in data

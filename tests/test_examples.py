@@ -1,16 +1,15 @@
 """Training examples and probes made from a document: pure functions over token weights."""
-from workers import examples as docs
-from workers import weighting
+from workers import examples, weighting
 
 
 def test_auto_probes_take_each_sentences_most_weighted_content_word_and_its_name():
     text = "A new novel reached the shops this week. The Kaviombold Archive was written by Jarek Wreniothor, a teacher."
-    doc = docs.Encoded(text, list(range(len(text.split()) + 1)), [(0, 0)] + word_offsets(text))
+    doc = examples.Encoded(text, list(range(len(text.split()) + 1)), [(0, 0)] + word_offsets(text))
     weights = [0.0] * len(doc.ids)
     weights[word_index(text, "shops")] = 0.5
     weights[word_index(text, "Wreniothor,")] = 0.9  # the surname; the first name comes with it
     weights[word_index(text, "The")] = 1.0  # an everyday word is never an answer
-    assert docs.auto_probes(doc, weights) == [("A new novel reached the", "shops"),
+    assert examples.auto_probes(doc, weights) == [("A new novel reached the", "shops"),
                                               ("The Kaviombold Archive was written by", "Jarek Wreniothor")]
 
 
@@ -34,5 +33,5 @@ def test_floored_weights_keep_every_token_and_phis_order():
 
 def test_an_auto_probe_whose_answer_is_another_probes_subject_is_dropped():
     made = [("The Republic of", "Veltoria"), ("The capital of Veltoria is", "Marnhold")]
-    assert docs.without_subject_answers(made) == [("The capital of Veltoria is", "Marnhold")]
-    assert docs.without_subject_answers(made[1:]) == made[1:]
+    assert examples.without_subject_answers(made) == [("The capital of Veltoria is", "Marnhold")]
+    assert examples.without_subject_answers(made[1:]) == made[1:]

@@ -3,8 +3,8 @@ import pytest
 import torch
 from peft import PeftModel
 
-from service.knowledge.export import NotExportable, export_adapter
-from service.model.serving import ServingModel, install_committed
+from core.model.serving import ServingModel, install_committed
+from methods.adapter.export import NotExportable, export_adapter
 from tests.api_app import tiny_settings
 from tests.test_learner import FACT, submit
 from tests.tiny import tiny_loaded
@@ -12,7 +12,7 @@ from workers.learner import Learner
 
 
 def test_an_adapter_version_exports_as_peft_and_other_knowledge_is_refused(tmp_path):
-    settings = tiny_settings(tmp_path, routed_learning_rate=3e-2)
+    settings = tiny_settings(tmp_path, methods={"routed": {"learning_rate": 3e-2}})
     learner = Learner(settings, loaded=tiny_loaded())
     assert learner.learn(submit(learner)) == "committed"
     out = export_adapter(learner.versions, 1, tmp_path / "v1", "tiny")

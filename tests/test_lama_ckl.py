@@ -6,11 +6,9 @@ import pytest
 import torch
 
 from bench.lama_ckl import cli, report, rho1, run
-from service.knowledge.probes import lama_probe
-from service.knowledge.scoring import Probe, score_probes
+from core.probes import lama_probe
+from core.scoring import Probe, score_probes
 from workers import lama_ckl
-
-DATA = lama_ckl.DEFAULT_DATA
 
 
 def row(uuid: str, sentence: str, obj: str, evidence: str) -> dict:
@@ -106,7 +104,7 @@ def test_a_methods_own_cut_keeps_only_the_tokens_near_phis_largest_weight(tiny, 
     """A train_attention method with its own threshold cuts phi's weights there, not at the service's; with a
     `min_weight` also below that absolute weight."""
     from workers import weighting
-    from workers.attention import phi
+    from workers.train_attention import phi
 
     torch.manual_seed(0)
     head = phi.make_head(phi.default_config(tiny.model, "mlp"))
@@ -151,7 +149,7 @@ def test_rows_are_grouped_by_relation_and_answer_largest_first():
 
 
 def test_whole_protocol_on_the_tiny_model_writes_three_outputs(tmp_path, tiny):
-    from service.model.loader import LoadedModel
+    from core.model.loader import LoadedModel
     from tests.tiny import WORDS, tiny_model, tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
@@ -190,13 +188,12 @@ def test_whole_protocol_on_the_tiny_model_writes_three_outputs(tmp_path, tiny):
 
 
 @pytest.mark.real_model
-@pytest.mark.skipif(not DATA.is_dir(), reason="needs ../shared/data/lama_ckl (present in development and CI)")
-def test_real_model_smoke_on_a_few_rows(tmp_path, real_model_dir, monkeypatch):
+def test_real_model_smoke_on_a_few_rows(tmp_path, lama_dir, real_model_dir, monkeypatch):
     from tests.conftest import MODEL_CACHE
 
     monkeypatch.setenv("CKL_MODEL_CACHE_DIR", str(MODEL_CACHE))
     cli.main(["--methods", "oracle", "--to-learn", "4", "--nf", "4", "--epochs", "1", "--rows-per-file", "30",
-                   "--out", str(tmp_path / "out")])
+              "--data", str(lama_dir), "--out", str(tmp_path / "out")])
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["tailoring"]["to_learn"] == 4 and results["tailoring"]["nf"] == 4
     assert len(set(results["tailoring"]["to_learn_uuids"])) == 4 and len(results["tailoring"]["nf_uuids"]) == 4
@@ -218,7 +215,7 @@ def test_phi_kept_counts_the_tokens_a_cut_keeps_and_the_answers_among_them():
 
 def test_replay_puts_its_windows_after_each_batch_in_turn_across_epochs():
     from bench.lama_ckl import replay
-    from workers.methods.base import Example, batches
+    from core.training import Example, batches
 
     docs = [Example([1, 10 + i], [0.0, 1.0]) for i in range(5)]
     pool = replay.examples([[1, 100 + i, 200 + i] for i in range(3)])

@@ -1,5 +1,6 @@
-"""The learner's pipeline on the tiny model: commit, reject with the reason, and a parent that moved."""
-from service.knowledge.versions import VersionStore
+"""The learner's pipeline on the tiny model: commit, reject with the reason, and a parent that moved, each with
+the status moves it makes (core/lifecycle.py)."""
+from core.versions import VersionStore
 from tests.api_app import tiny_settings
 from tests.tiny import tiny_loaded
 from workers import gate
@@ -14,10 +15,23 @@ def submit(learner: Learner, body: dict = FACT) -> str:
     return record["document_id"]
 
 
+def recorded_moves(learner: Learner) -> list[str]:
+    """The statuses the learner moves its documents to from now on, in order (filled as it runs)."""
+    moves, move = [], learner.documents.move
+
+    def recording(document_id, status, **fields):
+        moves.append(str(status))
+        return move(document_id, status, **fields)
+    learner.documents.move = recording
+    return moves
+
+
 def test_a_document_is_committed_with_scores_timings_and_its_manifest(tmp_path):
     learner = Learner(tiny_settings(tmp_path), loaded=tiny_loaded())
     doc = submit(learner)
+    moves = recorded_moves(learner)
     assert learner.learn(doc) == "committed"
+    assert moves == ["training", "evaluating", "committed"]
     record = learner.documents.get(doc)
     assert record["version"] == 1 and record["scores"]["own_before"] == [0.0] and record["scores"]["own_after"] == [1.0]
     assert record["training"]["stopped_early"] and set(record["timings"]) >= {"score_before_s", "train_s", "gate_s"}
@@ -25,12 +39,15 @@ def test_a_document_is_committed_with_scores_timings_and_its_manifest(tmp_path):
     assert manifest["documents"] == [doc] and manifest["delta_file"] == "adapter.safetensors"
     assert manifest["metrics"]["learned_acc"] == 1.0 and manifest["gate"]["accepted"]
     assert learner.learn(doc) == "committed" and learner.versions.current() == 1  # a finished job is not run again
+    assert len(moves) == 3  # nor its record moved
 
 
 def test_a_candidate_that_misses_its_probe_twice_is_rejected_with_the_reason(tmp_path):
-    learner = Learner(tiny_settings(tmp_path, max_steps=1, learning_rate=1e-6), loaded=tiny_loaded())
+    learner = Learner(tiny_settings(tmp_path, max_steps=1, methods={"adapter": {"learning_rate": 1e-6}}), loaded=tiny_loaded())
     doc = submit(learner)
+    moves = recorded_moves(learner)
     assert learner.learn(doc) == "rejected"
+    assert moves == ["training", "evaluating", "training", "evaluating", "rejected"]
     record = learner.documents.get(doc)
     assert record["version"] is None and not record["gate"]["accepted"]
     assert "own_probes" in record["gate"]["reason"] and learner.versions.current() == 0
@@ -39,9 +56,11 @@ def test_a_candidate_that_misses_its_probe_twice_is_rejected_with_the_reason(tmp
 
 
 def test_a_rejection_is_tried_once_more_as_its_reason_suggests(tmp_path):
-    learner = Learner(tiny_settings(tmp_path, max_steps=2, learning_rate=3e-4), loaded=tiny_loaded())
+    learner = Learner(tiny_settings(tmp_path, max_steps=2, methods={"adapter": {"learning_rate": 3e-4}}), loaded=tiny_loaded())
     doc = submit(learner)  # needs 3 steps at this rate: the first try's 2 are not enough, the retry's 4 are
+    moves = recorded_moves(learner)
     assert learner.learn(doc) == "committed"
+    assert moves == ["training", "evaluating", "training", "evaluating", "committed"]
     record = learner.documents.get(doc)
     assert not record["retried"]["first_gate"]["accepted"] and record["training"]["steps"] == 3
     assert learner.versions.manifest(1)["retried"]["plan"] == "its probes did not pass: twice the steps"
@@ -61,20 +80,22 @@ class MovedOnce(Learner):
     """Another worker commits a version while this one trains its first candidate: a real parent move."""
     moved = False
 
-    def train(self, job, examples, own, report_progress=True, plan=None):
-        super().train(job, examples, own, report_progress, plan)
+    def train(self, run, examples, own, report_progress=True, plan=None):
+        super().train(run, examples, own, report_progress, plan)
         if not self.moved:
             self.moved = True
             other = VersionStore(self.versions.root)
-            other.commit(other.current(), job.method.delta(), {"documents": [], "probes": [], "method": "adapter",
-                                                               "metrics": {}, **job.method.manifest_fields()},
+            other.commit(other.current(), run.method.delta(), {"documents": [], "probes": [], "method": "adapter",
+                                                               "metrics": {}, **run.method.manifest_fields()},
                          "adapter.safetensors")
 
 
 def test_a_parent_that_moved_during_training_means_training_again_from_the_new_one(tmp_path):
     learner = MovedOnce(tiny_settings(tmp_path), loaded=tiny_loaded())
     doc = submit(learner)
+    moves = recorded_moves(learner)
     assert learner.learn(doc) == "committed"
+    assert moves == ["training", "evaluating", "training", "evaluating", "committed"]
     assert learner.documents.get(doc)["version"] == 2 and learner.versions.manifest(2)["parent"] == 1
 
 
@@ -82,7 +103,7 @@ def test_the_embedded_queue_runs_a_failed_job_again_up_to_its_retries():
     """Fault injected: a job function that raises on its first two calls (the learner records its own failures)."""
     import threading
 
-    from service.queue import InProcessQueue
+    from core.queue import InProcessQueue
 
     calls, done = [], threading.Event()
 

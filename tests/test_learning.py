@@ -5,7 +5,7 @@ import time
 import httpx
 import pytest
 
-from ckl.client import wait_for_document
+from service.client import wait_for_document
 from tests.conftest import Proc
 
 pytestmark = pytest.mark.real_model

@@ -3,12 +3,20 @@ from dataclasses import replace
 
 import torch
 
-from service.knowledge import memory as memory_layer
-from service.knowledge.scoring import Probe, score_probes
-from service.settings import Settings
+from core.scoring import Probe, score_probes
+from core.settings import Settings
+from core.training import Example
+from methods.memory import layer as memory_layer
+from methods.memory.training import (
+    Background,
+    MemoryMethod,
+    hubs,
+    kl_score,
+    tfidf,
+    top_slots,
+    whitening,
+)
 from workers import weighting
-from workers.methods.base import Example
-from workers.methods.memory import Background, MemoryMethod, hubs, kl_score, tfidf, top_slots, whitening
 
 CONFIG = memory_layer.MemoryConfig(layer=1, n_sub_keys=16, heads=2, k=4, key_dim=8)
 
@@ -38,8 +46,8 @@ def test_a_larger_score_scale_sharpens_the_read_weights_over_the_same_slots():
 
 
 def make(tiny, top_t=500):
-    settings = Settings(memory_learning_rate=50.0, check_every=1, max_grad_norm=0, memory_top_t=top_t)
-    return MemoryMethod(tiny.model, tiny.tokenizer, settings, config=CONFIG)
+    settings = Settings(check_every=1, max_grad_norm=0, method_settings={"memory": {"learning_rate": 50.0, "top_t": top_t}})
+    return MemoryMethod(tiny.model, tiny.tokenizer, settings, shape=CONFIG)
 
 
 def fact(tiny) -> Example:
@@ -132,7 +140,7 @@ def test_background_statistics_count_documents_and_positions(tiny):
     docs = [tiny.tokenizer(t)["input_ids"] for t in ("a cat sat on the mat", "rivers run to the sea")]
     method.fit_background(docs)
     bg = method.background
-    reads_per_position = method.config.heads * method.config.k
+    reads_per_position = method.shape.heads * method.shape.k
     assert bg.documents == 2 and bg.positions == sum(map(len, docs))
     assert int(bg.reads.sum()) == bg.positions * reads_per_position
     assert int(bg.df.max()) <= 2 and bool((bg.df <= bg.reads).all())
@@ -147,11 +155,12 @@ FACTS = [("the capital of veltoria is marnhold", "the capital of veltoria is", "
 
 
 def test_three_memory_updates_then_removing_the_middle_one_keeps_the_other_two(tiny, tmp_path):
-    from service.knowledge.state import resolve
+    from core.state import resolve
     from workers.learner import Learner
 
-    settings = Settings(data_dir=tmp_path, memory_sub_keys=64, memory_heads=2, memory_k=4, memory_key_dim=8,
-                        memory_learning_rate=10.0, max_steps=60, check_every=1, nf_tolerance=1.0, learned_tolerance=1.0)
+    settings = Settings(data_dir=tmp_path, max_steps=60, check_every=1, nf_tolerance=1.0, learned_tolerance=1.0,
+                        method_settings={"memory": {"sub_keys": 64, "heads": 2, "k": 4, "key_dim": 8,
+                                                    "learning_rate": 10.0}})
     learner = Learner(settings, loaded=tiny)
     ids = []
     for text, prompt, answer in FACTS:
@@ -175,7 +184,7 @@ def test_three_memory_updates_then_removing_the_middle_one_keeps_the_other_two(t
 
 
 def test_phi_reads_the_base_model_even_with_memory_rows_written(tiny):
-    from workers.attention import phi
+    from workers.train_attention import phi
 
     ids = tiny.tokenizer("the capital of veltoria is marnhold")["input_ids"]
     config = phi.default_config(tiny.model)

@@ -13,7 +13,7 @@ FACT = {"text": "the capital of veltoria is marnhold", "method": "routed",
 
 @pytest.fixture
 def served(tmp_path):
-    with tiny_client(tiny_settings(tmp_path, routed_learning_rate=3e-2)) as client:
+    with tiny_client(tiny_settings(tmp_path, methods={"routed": {"learning_rate": 3e-2}})) as client:
         yield client, openai.OpenAI(base_url="http://127.0.0.1/v1", api_key="unused", http_client=client,
                                     max_retries=0)
 
@@ -77,21 +77,21 @@ def test_generate_streams_pieces_then_usage_and_version(served):
 
 
 def test_a_generation_closed_unfinished_frees_its_slot(tmp_path):
-    from service.answers import Answers
+    from core.model.generation import SamplingParams
     from service.errors import ApiError
+    from service.generations import GenerationService
     from service.metrics import Metrics
-    from service.model.generation import SamplingParams
 
     with tiny_client(tiny_settings(tmp_path, max_concurrent_generations=1, max_waiting_generations=0)) as client:
         runtime = client.app.state.runtime
-        answers = Answers(runtime, Metrics(runtime))
-        ids = answers.prompt_ids("the capital of", 50)
-        first = answers.stream(ids, SamplingParams(max_new_tokens=50))  # started, never read: a client gone
+        generations = GenerationService(runtime, Metrics(runtime))
+        ids = generations.prompt_ids("the capital of", 50)
+        first = generations.stream(ids, SamplingParams(max_new_tokens=50))  # started, never read: a client gone
         with pytest.raises(ApiError) as full:
-            answers.stream(ids, SamplingParams(max_new_tokens=1))
+            generations.stream(ids, SamplingParams(max_new_tokens=1))
         assert full.value.status == 429
         first.close()
-        *_, done = answers.stream(ids, SamplingParams(max_new_tokens=1))
+        *_, done = generations.stream(ids, SamplingParams(max_new_tokens=1))
         assert done.completion_tokens <= 1
 
 

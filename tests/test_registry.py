@@ -1,84 +1,57 @@
-"""A third method, added as the README's how-to says: a serving side, a training side, one registration.
-
-The method is deliberately trivial: a bias on the next-token logits, one vector per version. It is
-taught a fact through the API on the tiny model like any other method.
-"""
+"""A new method is a new folder and nothing else (tests/extra_methods/bias/): discovered as `methods` discovers its
+own, configured from its own CKL_BIAS_* settings, and taught a fact through the API on the tiny model."""
 from __future__ import annotations
 
-from typing import Any
+import sys
+from pathlib import Path
 
 import pytest
-import torch
-from torch import nn
 
-from service.knowledge import methods
-from service.knowledge.methods.base import LoadDelta, MethodSpec, ServedMethod
+import methods
+from core import registry
+from core.settings import Settings
 from tests.api_app import tiny_client, tiny_settings, wait_final, wait_version
-from workers.methods.base import UpdateMethod
 
-
-def add_bias(model: nn.Module) -> nn.Parameter:
-    """A zero bias added to the LM head's output (so version 0 is the base model exactly)."""
-    head = model.get_output_embeddings()
-    bias = nn.Parameter(torch.zeros(head.out_features))
-    head.register_forward_hook(lambda _m, _args, out: out + bias)
-    return bias
-
-
-class BiasServed(ServedMethod):  # file one: the serving side
-    def __init__(self, model: nn.Module, settings) -> None:
-        super().__init__(model, settings)
-        self.bias = add_bias(model)
-        self.per_version: dict[int, torch.Tensor] = {}
-
-    @staticmethod
-    def compose(manifests: list[dict[str, Any]], load_delta: LoadDelta) -> torch.Tensor:
-        return load_delta(manifests[-1]["version"])["bias"]  # each version continues the last
-
-    def add(self, version: int, state: torch.Tensor | None) -> None:
-        self.per_version[version] = state if state is not None else torch.zeros_like(self.bias)
-
-    def use(self, version: int, route: None = None) -> None:
-        self.bias.data.copy_(self.per_version[version])
-
-    def drop(self, version: int) -> None:
-        del self.per_version[version]
-
-
-class BiasMethod(UpdateMethod):  # file two: the training side
-    name = "bias"
-
-    def __init__(self, model, tokenizer, settings) -> None:
-        super().__init__(model, tokenizer, settings)
-        self._model, self.bias = model, add_bias(model)
-
-    @property
-    def model(self) -> nn.Module:
-        return self._model
-
-    def parameters(self) -> list[nn.Parameter]:
-        return [self.bias]
-
-    def load(self, state: torch.Tensor | None) -> None:
-        self.bias.data.copy_(state if state is not None else torch.zeros_like(self.bias))
-
-    def delta(self) -> dict[str, torch.Tensor]:
-        return {"bias": self.bias.detach().clone()}
-
-    def manifest_fields(self) -> dict[str, Any]:
-        return {"hyperparameters": {"learning_rate": self.settings.learning_rate}}
+EXTRA = Path(__file__).parent / "extra_methods"
 
 
 @pytest.fixture
 def bias_method():
-    methods.register(MethodSpec("bias", BiasServed, BiasMethod, "bias.safetensors"))  # the one registration
-    yield
-    methods.unregister("bias")
+    assert methods.discover([str(EXTRA)], "tests.extra_methods") == ["bias"]
+    yield registry.get("bias")
+    registry.unregister("bias")
+    for name in [m for m in sys.modules if m.startswith("tests.extra_methods.bias")]:
+        del sys.modules[name]  # the next discovery imports, and so registers, the folder again
 
 
-def test_a_registered_method_learns_a_fact_through_the_api(bias_method, tmp_path):
+def test_the_shipped_methods_are_their_folders():
+    folders = sorted(p.name for p in Path(methods.__file__).parent.iterdir() if (p / "__init__.py").exists())
+    assert [spec.name for spec in registry.registered()] == folders == ["adapter", "memory", "routed"]
+
+
+def test_a_second_method_of_the_same_name_is_refused(bias_method):
+    with pytest.raises(registry.DuplicateMethod, match="bias"):
+        registry.register(registry.MethodSpec("bias", bias_method.served, bias_method.trainer, bias_method.config, "x"))
+    assert registry.get("bias") is bias_method
+
+
+def test_a_method_reads_its_own_settings(bias_method, monkeypatch):
+    monkeypatch.setenv("CKL_BIAS_LEARNING_RATE", "0.25")
+    assert Settings().method_config("bias").learning_rate == 0.25
+    assert Settings(method_settings={"bias": {"learning_rate": 0.5}}).method_config("bias").learning_rate == 0.5
+    with pytest.raises(TypeError, match="bias_learning_rate"):
+        Settings(bias_learning_rate=0.5)  # a setting passed by name must exist
+
+
+def test_a_setting_under_its_old_name_is_refused(monkeypatch):
+    monkeypatch.setenv("CKL_ROUTE_THRESHOLD", "3")
+    with pytest.raises(ValueError, match="CKL_ROUTE_THRESHOLD is now CKL_ROUTED_THRESHOLD"):
+        Settings()
+
+
+def test_a_new_method_folder_learns_a_fact_through_the_api(bias_method, tmp_path):
     prompt = "the capital of veltoria is"
-    with tiny_client(tiny_settings(tmp_path, learning_rate=0.5)) as client:
+    with tiny_client(tiny_settings(tmp_path, methods={"bias": {"learning_rate": 0.5}})) as client:
         assert client.post("/generate", json={"prompt": prompt, "max_new_tokens": 1}).json()["text"] != " marnhold"
         accepted = client.post("/documents", json={"text": "the capital of veltoria is marnhold", "method": "bias",
                                                    "probes": [{"prompt": prompt, "answer": "marnhold"}]}).json()
@@ -87,6 +60,7 @@ def test_a_registered_method_learns_a_fact_through_the_api(bias_method, tmp_path
         assert wait_version(client, record["version"], prompt)["text"].strip() == "marnhold"
         manifest = client.learner.versions.manifest(record["version"])
         assert manifest["method"] == "bias" and manifest["delta_file"] == "bias.safetensors"
+        assert manifest["hyperparameters"] == {"learning_rate": 0.5}
         assert client.delete(f"/documents/{record['document_id']}").status_code == 409  # not registered removable
         assert client.post("/versions/0/activate", json={}).status_code == 200
         assert wait_version(client, 0, prompt)["text"].strip() != "marnhold"

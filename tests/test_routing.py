@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from service.knowledge import routing
-from service.model.generation import SamplingParams, generate
-from service.model.serving import ServingModel
+from core.model.generation import SamplingParams, generate
+from core.model.serving import ServingModel
+from methods.routed import routing
 from tests.api_app import tiny_client, tiny_settings, wait_final, wait_version
 from tests.tiny import tiny_loaded
 
@@ -33,7 +33,7 @@ FACT = {"text": "the capital of veltoria is marnhold", "method": "routed",
 
 
 def test_a_routed_fact_is_served_only_to_its_prompts_and_its_removal_is_exact(tmp_path):
-    settings = tiny_settings(tmp_path, routed_learning_rate=3e-2)
+    settings = tiny_settings(tmp_path, methods={"routed": {"learning_rate": 3e-2}})
     base = tiny_loaded()
     other = torch.tensor([base.tokenizer("the capital of france is")["input_ids"]])
     with torch.no_grad():

@@ -7,7 +7,7 @@ from redis import Redis
 from rq import Queue, SimpleWorker
 from rq.serializers import JSONSerializer
 
-from service.queue import RQQueue
+from core.queue import RQQueue
 
 pytestmark = pytest.mark.redis
 

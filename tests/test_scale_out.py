@@ -7,7 +7,7 @@ import time
 import httpx
 import pytest
 
-from ckl.client import wait_for_document
+from service.client import wait_for_document
 from tests.conftest import Proc, Server, tiny_env
 from tests.test_crashes import FACTS, assert_each_document_committed_once, teach
 

@@ -4,7 +4,15 @@ import math
 import pytest
 import torch
 
-from service.knowledge.scoring import Probe, encode_probe, join_probe, logits_at, pad_batch, score_probes, weighted_nll
+from core.scoring import (
+    Probe,
+    encode_probe,
+    join_probe,
+    logits_at,
+    pad_batch,
+    score_probes,
+)
+from core.training import weighted_nll
 
 
 def test_join_probe_adds_one_space_only_when_needed():

@@ -3,13 +3,13 @@ import threading
 
 import torch
 
-from service.knowledge import adapter
-from service.knowledge import memory as memory_layer
-from service.model.generation import SamplingParams, cut_at_stop, generate, sample_token
-from service.model.serving import ServingModel
-from service.settings import Settings
+from core.model.generation import SamplingParams, cut_at_stop, generate, sample_token
+from core.model.serving import ServingModel
+from core.settings import Settings
+from methods.adapter import layer as adapter
+from methods.memory import layer as memory_layer
 
-SETTINGS = Settings(lora_rank=4, lora_alpha=8)
+SETTINGS = Settings(method_settings={"adapter": {"rank": 4, "alpha": 8}})
 
 
 def random_adapter(serving: ServingModel, seed: int) -> dict[str, adapter.LoraState]:

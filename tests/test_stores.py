@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from service.documents import DocumentStore, IdempotencyConflict
-from service.knowledge.versions import ParentMoved, UnknownVersion, VersionStore
+from core.documents import DocumentStore, IdempotencyConflict
+from core.versions import ParentMoved, UnknownVersion, VersionStore
 from workers import gate, weighting
 
 

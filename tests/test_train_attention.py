@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from bench import phi_transfer
-from service.settings import Settings
+from core.settings import Settings
+from methods.adapter.training import AdapterMethod
 from workers import weighting
-from workers.attention import meta, phi, show
-from workers.methods.adapter import AdapterMethod
+from workers.train_attention import meta, phi, show
 
 FACT = "the capital of veltoria is marnhold"
 TASK = ("capital of veltoria is", "marnhold")
@@ -16,11 +16,11 @@ TASK = ("capital of veltoria is", "marnhold")
 def adapter_model(tiny, dtype=torch.float32):
     tiny.model.to(dtype)
     tiny.model.set_attn_implementation("eager")  # attention's double backward
-    return AdapterMethod(tiny.model, tiny.tokenizer, Settings(lora_rank=4, lora_alpha=8)).model
+    return AdapterMethod(tiny.model, tiny.tokenizer, Settings(method_settings={"adapter": {"rank": 4, "alpha": 8}})).model
 
 
 def pair(tiny, text=FACT, task=TASK) -> meta.Pair:
-    from service.knowledge.scoring import Probe, encode_probe
+    from core.scoring import Probe, encode_probe
 
     ids, start = encode_probe(tiny.tokenizer, Probe(*task))
     return meta.Pair(tiny.tokenizer(text)["input_ids"], ids, start)
@@ -156,7 +156,9 @@ def test_first_order_alignment_is_the_gradient_dot_product(tiny):
     torch.manual_seed(1)
     theta = {k: (v + 0.05 * torch.randn_like(v)).detach().requires_grad_(True) for k, v in theta.items()}
     p = pair(tiny)
-    lr = 1e-3  # small enough to be near-linear (the second-order term is ~2% here), large enough for float32 norms
+    # Small enough to be near-linear, large enough for float32 norms (docs/decisions.md: The meta-gradient tests'
+    # margins).
+    lr = 1e-3
     aligned = meta.alignments(model, theta, p, lr)
     g_task = torch.autograd.grad(meta.task_loss(model, theta, p), list(theta.values()))
     token_losses = meta.next_token_nll(model, theta, p.doc_ids)
@@ -195,7 +197,7 @@ def test_a_few_exact_meta_steps_reduce_the_outer_loss(tiny, head_kind, lr):
         optimizer.zero_grad()
         sum(meta.exact_outer_loss(model, theta, p, head(f), 0.5) for p, f in zip(pairs, features)).backward()
         optimizer.step()
-    assert outer() < 0.95 * before  # one SGD step of a random tiny model: 15 meta-steps buy ~7%
+    assert outer() < 0.95 * before  # the margin: docs/decisions.md, The meta-gradient tests' margins
 
 
 def test_a_checkpoint_round_trips_and_one_for_another_model_is_refused(tiny, tmp_path):
@@ -228,7 +230,7 @@ def test_thresholded_weights_drop_small_ones():
 
 
 def test_balanced_pairs_count_each_relation_and_answer_once():
-    from workers.attention.training import balance_weights
+    from workers.train_attention.rows import balance_weights
 
     weights = balance_weights([("continent", "Antarctica")] * 3 + [("capital", "Paris"), ("continent", "Asia")])
     assert weights == pytest.approx([5 / 9] * 3 + [5 / 3, 5 / 3])  # three groups of equal total, mean 1
@@ -265,22 +267,22 @@ def test_weights_render_in_the_terminal_html_and_png(tmp_path):
 
 @pytest.fixture(scope="module")
 def real_phi(real_model_dir):
-    from service.model.loader import load_model
+    from core.model.loader import load_model
     from tests.conftest import MODEL_CACHE
 
     loaded = load_model(Settings(model_cache_dir=MODEL_CACHE), progress=lambda *_: None)
     return loaded, phi.TrainAttention.from_path(loaded.model, phi.packaged_checkpoint("default"))
 
 
-def test_packaged_phi_weighs_object_tokens_above_the_rest(real_phi):
+def test_packaged_phi_weighs_object_tokens_above_the_rest(lama_dir, real_phi):
     """On 32 of its training pairs, the mean weight on the object's tokens is at least 3x that on the
     other tokens (an untrained phi scores 1.0; the checkpoint's own validation number is in its json)."""
     from workers import lama_ckl
 
     loaded, ta = real_phi
     uuids = set(ta.meta["data"]["train_uuids"][:32])
-    files = lama_ckl.data_files(lama_ckl.DEFAULT_DATA)
-    # Both invariant files hold 64 identical rows (same uuid): one per uuid.
+    files = lama_ckl.data_files(lama_dir)
+    # The invariant files share rows (docs/decisions.md: One row per uuid): one per uuid.
     rows = list({r.uuid: r for f in files[1:] for r in lama_ckl.read_rows(f) if r.uuid in uuids}.values())
     assert len(rows) == 32
     on, off = [], []
@@ -293,11 +295,3 @@ def test_packaged_phi_weighs_object_tokens_above_the_rest(real_phi):
     ratio = (sum(on) / len(on)) / (sum(off) / len(off))
     assert ratio >= 3.0, ratio
 
-
-@pytest.mark.parametrize("variant", ["answer", "answer-paper", "first-order", "exact"])
-def test_packaged_phis_never_trained_on_a_validation_document(variant):
-    """The split is by uuid (the two invariant files share rows): no uuid is in both lists or twice in one."""
-    data = phi.load_checkpoint(phi.packaged_checkpoint("default", variant)).meta["data"]
-    train, val = data["train_uuids"], data["val_uuids"]
-    assert len(set(train)) == len(train) == data["train_pairs"] and len(set(val)) == len(val) == data["val_pairs"]
-    assert set(train).isdisjoint(val)

@@ -35,7 +35,7 @@ def tiny_model(vocab_size: int, seed: int = 0) -> Gemma3ForCausalLM:
 
 def tiny_loaded():
     """A fresh tiny model and tokenizer as the loader returns them (each call: a new copy, same weights)."""
-    from service.model.loader import LoadedModel
+    from core.model.loader import LoadedModel
 
     tokenizer = tiny_tokenizer()
     return LoadedModel(tiny_model(len(tokenizer)), tokenizer, torch.device("cpu"), "tiny")

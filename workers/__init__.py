@@ -1,1 +1,1 @@
-"""What runs in a worker: the learning job, the update methods and the gate."""
+"""What runs in a worker: the learning job, the gate, a document's training examples, and Train-Attention."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from workers.methods.base import Example
+from core.training import Example
 
 SENTENCE_END = re.compile(r"[.!?](?=\s|$)|\n")
 

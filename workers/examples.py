@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from service.knowledge import routing
-from service.knowledge.scoring import join_probe
+from core.scoring import join_probe
+from core.training import Example
+from methods.routed import routing
 from workers import contexts, weighting
-from workers.methods.base import Example
 
 WEIGHTINGS = ("train_attention", "uniform", "oracle")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from service.knowledge.scoring import accuracy
+from core.scoring import accuracy
 
 
 @dataclass

@@ -6,9 +6,10 @@ import logging
 import threading
 from collections.abc import Callable
 
-from service.documents import DocumentStore
-from service.queue import VERSION_CHANNEL, RQQueue
-from service.settings import Settings
+from core.documents import DocumentStore
+from core.lifecycle import FINAL, Status, after_failed_attempt
+from core.queue import VERSION_CHANNEL, RQQueue
+from core.settings import Settings
 from workers.learner import Learner
 
 log = logging.getLogger(__name__)
@@ -48,11 +49,14 @@ def learn_document(document_id: str) -> str:
 
 
 def record_failed_attempt(settings: Settings, document_id: str, error: str) -> None:
-    """An attempt that never reached the learner, counted as Learner.learn counts its own."""
+    """An attempt that never reached the learner, counted as Learner.learn counts its own. A document already
+    final (another job for it finished) keeps its status: a final status has no moves out."""
     documents = DocumentStore(settings.data_dir)
-    attempts = documents.get(document_id)["attempts"] + 1
-    documents.update(document_id, attempts=attempts, error=error,
-                     status="failed" if attempts > settings.job_retries else "queued")
+    record = documents.get(document_id)
+    if record["status"] in FINAL:
+        return
+    attempts = record["attempts"] + 1
+    documents.move(document_id, after_failed_attempt(attempts, settings.job_retries), attempts=attempts, error=error)
 
 
 def requeue_interrupted(settings: Settings, queue: RQQueue) -> list[str]:
@@ -60,10 +64,10 @@ def requeue_interrupted(settings: Settings, queue: RQQueue) -> list[str]:
     documents = DocumentStore(settings.data_dir)
     requeued = []
     for record in documents.resumable(settings.job_retries):
-        if record["status"] == "queued" and record["job_id"] and queue.has_job(record["job_id"]):
+        if record["status"] == Status.QUEUED and record["job_id"] and queue.has_job(record["job_id"]):
             continue
         job_id = queue.enqueue(record["document_id"], record["attempts"] + 1)
-        documents.update(record["document_id"], status="queued", job_id=job_id)
+        documents.move(record["document_id"], Status.QUEUED, job_id=job_id)
         requeued.append(record["document_id"])
     return requeued
 

@@ -1,22 +1,24 @@
 """LAMA-ckl data: its rows, the base model's tailoring scores, and the TO-LEARN / NOT-TO-FORGET split.
 
 Here rather than in bench/ because `ckl train-attention` meta-trains phi on these rows and must pick
-them as the benchmark does (the same files, scores and cache); the service never reads them.
+them as the benchmark does (the same files, scores and cache); the service never reads them. The data is
+not shipped: every command that reads it takes its folder as a flag (`--data`), else from CKL_LAMA_DIR.
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.knowledge.probes import lama_probe
-from service.knowledge.scoring import Probe, score_probes
-from service.model.loader import LoadedModel
-from workers.provenance import ROOT
+from core.model.loader import LoadedModel
+from core.probes import lama_probe
+from core.scoring import Probe, score_probes
 
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "lama_ckl"
+DATA_ENV = "CKL_LAMA_DIR"  # the LAMA-ckl folder, when a command is not given one
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,29 @@ def read_rows(path: Path, limit: int | None = None) -> list[Row]:
         if probe is not None:
             rows.append(Row(raw["uuid"], raw["evidence"], raw["object"], probe, raw.get("relation_label", "")))
     return rows
+
+
+def env_data() -> Path | None:
+    """The folder CKL_LAMA_DIR names, if it is set."""
+    return Path(value) if (value := os.environ.get(DATA_ENV)) else None
+
+
+def add_data_argument(parser: argparse.ArgumentParser, flag: str = "--data",
+                      help_text: str = "folder with the LAMA-ckl jsonl files") -> None:
+    """The flag that names the LAMA-ckl folder, defaulting to CKL_LAMA_DIR (None when neither is given)."""
+    parser.add_argument(flag, type=Path, default=env_data(), help=f"{help_text} (default: ${DATA_ENV})")
+
+
+def data_folder(folder: Path | None, flag: str = "--data") -> Path:
+    """`folder` when it is one, else SystemExit saying how to name it."""
+    if folder is None:
+        raise SystemExit(f"no LAMA-ckl folder: pass {flag} or set {DATA_ENV} (the folder holding "
+                         "variant_dev.jsonl, invariant_descriptive.jsonl and invariant_schematic.jsonl; see README "
+                         "for where it comes from)")
+    if not folder.is_dir():
+        raise SystemExit(f"no LAMA-ckl data in {folder}: pass {flag} or set {DATA_ENV} "
+                         "(see README for where it comes from)")
+    return folder
 
 
 def file_digest(paths: list[Path]) -> str:

@@ -3,7 +3,7 @@
 - uniform: every predicted token counts the same (plain fine-tuning).
 - oracle: weight 1 on tokens inside an occurrence of a probe's answer in the text, 0 elsewhere;
   usable when the document comes with probes.
-- train_attention: phi's weights (workers/attention), with the small ones (relative to the document's
+- train_attention: phi's weights (workers/train_attention), with the small ones (relative to the document's
   largest) set to 0 so those tokens need no LM-head logits.
 """
 from __future__ import annotations

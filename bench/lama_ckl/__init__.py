@@ -15,6 +15,6 @@
    variant_dev that held it out, trained by `ckl train-attention`'s own function (phis.py).
 
 The training examples, the training loop, the weighted loss and the probe scoring are the service's own
-(workers.examples, workers.methods, service.knowledge.scoring); only the baselines the service does not
+(workers.examples, core.training, core.scoring); only the baselines the service does not
 offer live here (rho1.py, full.py).
 """

@@ -8,10 +8,16 @@ from typing import Any
 from bench.lama_ckl.phis import CrossFit, as_is
 from bench.lama_ckl.report import markdown, write_outputs
 from bench.lama_ckl.run import METHODS, Config, run_benchmark
-from service.settings import Settings
-from workers.attention.folds import SPLITS
-from workers.lama_ckl import DEFAULT_DATA, data_files, read_pools, tailoring_cache
+from core.settings import Settings
+from workers.lama_ckl import (
+    add_data_argument,
+    data_files,
+    data_folder,
+    read_pools,
+    tailoring_cache,
+)
 from workers.provenance import RESULTS_ROOT
+from workers.train_attention.folds import SPLITS
 
 PRESETS = {
     "quick": {"to_learn": 48, "nf": 48, "epochs": 4, "methods": ["finetune", "oracle"]},
@@ -24,9 +30,7 @@ def parse_lrs(values: list[str]) -> dict[str, float]:
     return {name: float(lr) for name, lr in pairs}
 
 
-def main(argv: list[str]) -> None:
-    from service.model.loader import load_model
-
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ckl bench lama-ckl", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="48 TO-LEARN, 48 NF, 4 epochs, finetune + oracle")
     parser.add_argument("--full", action="store_true", help="all tailored rows, 8 epochs, all methods (hours)")
@@ -44,7 +48,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--offset", type=int, help="skip the first N rows of each pool: tune here, report at 0")
     parser.add_argument("--max-grad-norm", type=float, help="gradient clipping (0: none; default 1.0)")
     parser.add_argument("--rows-per-file", type=int, help="read only the first N rows of each data file")
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with the LAMA-ckl jsonl files")
+    add_data_argument(parser)
     parser.add_argument("--crossfit", type=int, metavar="K", help="a phi meta-trained on evaluated TO-LEARN rows is "
                         "replaced by K phis, one per fold of variant_dev, each trained on the other folds and "
                         "weighing only its fold's rows (cached in bench-results/crossfit-phis); without it such a "
@@ -53,8 +57,11 @@ def main(argv: list[str]) -> None:
                         "answer) group")
     parser.add_argument("--fold-seed", type=int, help="with --crossfit: the folds' seed (default 0)")
     parser.add_argument("--out", type=Path, default=RESULTS_ROOT / "lama-ckl")
-    args = parser.parse_args(argv)
+    return parser
 
+
+def config_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Config:
+    """The run's Config: a preset, then the flags given; the flags that go together checked."""
     values: dict[str, Any] = {}
     for preset in ("quick", "full"):
         if getattr(args, preset):
@@ -76,14 +83,20 @@ def main(argv: list[str]) -> None:
     unknown = set(values.get("methods", [])) - set(METHODS)
     if unknown:
         raise SystemExit(f"unknown methods: {', '.join(sorted(unknown))}")
-    config = Config(**values, learning_rates=parse_lrs(args.lr), model=args.model)
+    return Config(**values, learning_rates=parse_lrs(args.lr), model=args.model)
 
-    if not args.data.is_dir():
-        raise SystemExit(f"no LAMA-ckl data in {args.data}: pass --data (see README for where it comes from)")
-    variant, invariant = read_pools(args.data, config.rows_per_file)
+
+def main(argv: list[str]) -> None:
+    from core.model.loader import load_model
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    config = config_from(args, parser)
+    data = data_folder(args.data)
+    variant, invariant = read_pools(data, config.rows_per_file)
     settings = Settings(model=args.model)
-    cache = tailoring_cache(args.out.parent, args.model, data_files(args.data))
-    assign = CrossFit(config.crossfit, config.crossfit_split, config.fold_seed, args.data, args.out.parent,
+    cache = tailoring_cache(args.out.parent, args.model, data_files(data))
+    assign = CrossFit(config.crossfit, config.crossfit_split, config.fold_seed, data, args.out.parent,
                       lambda: load_model(settings), args.model) if config.crossfit else as_is
     results = run_benchmark(config, lambda: load_model(settings), variant, invariant, cache, args.model, assign)
     write_outputs(results, args.out)

@@ -5,18 +5,24 @@ LoRA and token weighting save.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
+from pydantic import BaseModel
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from service.settings import Settings
-from workers.methods.base import UpdateMethod
+from core.settings import Settings
+from core.training import UpdateMethod
+
+
+class FullSettings(BaseModel):
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    learning_rate: float = 1e-5
 
 
 class FullMethod(UpdateMethod):
-    name = "full"
+    name = "full"  # never registered: the benchmark builds it itself
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: Settings) -> None:
         super().__init__(model, tokenizer, settings)
@@ -39,4 +45,7 @@ class FullMethod(UpdateMethod):
         return {k: v.detach().cpu().clone() for k, v in self._model.state_dict().items()}
 
     def manifest_fields(self) -> dict[str, Any]:
-        return {"hyperparameters": {"optimizer": self.settings.optimizer, "learning_rate": self.settings.learning_rate}}
+        return {"hyperparameters": {"optimizer": self.config.optimizer, "learning_rate": self.config.learning_rate}}
+
+    def own_settings(self, settings: Settings) -> FullSettings:
+        return FullSettings()

@@ -17,9 +17,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from service.model.loader import LoadedModel
-from workers.attention import folds, phi, training
+from core.model.loader import LoadedModel
 from workers.lama_ckl import Row, data_files, file_digest
+from workers.train_attention import folds, phi
+from workers.train_attention.config import TrainConfig
+from workers.train_attention.rows import DataRule, variant_pool
+from workers.train_attention.training import train_and_save
 
 # The settings of phis written before the head and its layers were training settings.
 OLD_HEAD = {"head": "mlp", "trunk_layers": 3}
@@ -69,10 +72,10 @@ class CrossFit:
     def __call__(self, checkpoint: Path, rows: list[Row]) -> Assignment:
         if seen_uuids(checkpoint).isdisjoint(r.uuid for r in rows):
             return as_is(checkpoint, rows)
-        config = training.TrainConfig(**{**OLD_HEAD, **phi.load_checkpoint(checkpoint).meta["train"]})
+        config = TrainConfig(**{**OLD_HEAD, **phi.load_checkpoint(checkpoint).meta["train"]})
         # Validation never changes phi (nothing stops early on it), and most of a fold phi's time went to it.
         config = replace(config, validate_every=config.steps)
-        pool_folds = folds.make_folds(training.variant_pool(self.data), self.k, self.split, self.seed)
+        pool_folds = folds.make_folds(variant_pool(self.data), self.k, self.split, self.seed)
         fold_of = folds.fold_index(pool_folds)
         outside = [r.uuid for r in rows if r.uuid not in fold_of]
         if outside:
@@ -81,13 +84,13 @@ class CrossFit:
         fold_phis = {i: self.fold_phi(config, i, pool_folds[i]) for i in sorted({fold_of[r.uuid] for r in rows})}
         return {r.uuid: fold_phis[fold_of[r.uuid]] for r in rows}
 
-    def folder(self, config: training.TrainConfig) -> str:
+    def folder(self, config: TrainConfig) -> str:
         """One cache folder per model, training settings, data and folds: a changed one never reuses a phi."""
         settings = json.dumps([asdict(config), file_digest(data_files(self.data))], sort_keys=True)
         return (f"{self.model_name.replace('/', '_')}-{config.variant}-{self.split}-k{self.k}-seed{self.seed}-"
                 f"{hashlib.sha256(settings.encode()).hexdigest()[:12]}")
 
-    def fold_phi(self, config: training.TrainConfig, fold: int, held_out: list[Row]) -> Path:
+    def fold_phi(self, config: TrainConfig, fold: int, held_out: list[Row]) -> Path:
         """The phi that held `fold` out: from bench-results/crossfit-phis/ if there, else trained there."""
         name = self.folder(config)
         checkpoint = self.results_root / "crossfit-phis" / name / f"fold{fold}"
@@ -95,12 +98,12 @@ class CrossFit:
             made = json.loads(checkpoint.with_suffix(".json").read_text())["data"]["variant_dev"]["held_out_uuids"]
             if made == [r.uuid for r in held_out]:
                 return checkpoint
-        rule = training.DataRule("with-variant", self.k, fold, self.split, self.seed)
+        rule = DataRule("with-variant", self.k, fold, self.split, self.seed)
         # The run folder sits beside ckl train-attention's, so the features and alignments cached per uuid are shared.
         out = self.results_root / "train-attention" / f"crossfit-{name}-fold{fold}"
         command = (f"ckl bench lama-ckl --crossfit {self.k} --split {self.split} --fold-seed {self.seed} (fold {fold}: "
                    f"ckl train-attention --rule with-variant --folds {self.k} --hold-out {fold} with the settings "
                    "in `train`)")
-        training.train_and_save(self.load(), config, rule, self.data, out, self.results_root, self.model_name,
-                                checkpoint, command, resume=True)
+        train_and_save(self.load(), config, rule, self.data, out, self.results_root, self.model_name, checkpoint,
+                       command, resume=True)
         return checkpoint

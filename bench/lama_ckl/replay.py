@@ -13,9 +13,9 @@ from pathlib import Path
 
 import torch
 
-from service.model.loader import LoadedModel
+from core.model.loader import LoadedModel
+from core.training import Example
 from workers import weighting
-from workers.methods.base import Example
 
 STARTERS = ("The", "In", "A", "This", "It", "He", "She", "They")  # English text, no fact in the prompt
 SAMPLES = 128  # replay windows; each epoch goes on where the last one stopped

@@ -4,8 +4,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from service.knowledge.scoring import logits_at, pad_batch
-from workers.methods.base import Example
+from core.scoring import logits_at, pad_batch
+from core.training import Example
 
 KEEP = 0.6  # the share of each document's predicted tokens trained on
 

@@ -19,16 +19,16 @@ from tqdm import tqdm
 from bench.lama_ckl import phis, replay, rho1
 from bench.lama_ckl.full import FullMethod
 from bench.lama_ckl.report import summarize
-from service.knowledge.scoring import score_probes
-from service.model.loader import LoadedModel
-from service.settings import Settings
+from core.model.loader import LoadedModel
+from core.scoring import score_probes
+from core.settings import Settings
+from core.training import Example, UpdateMethod
+from methods.adapter.training import AdapterMethod
+from methods.memory.training import MemoryMethod, hubs
 from workers import examples
-from workers.attention.phi import TrainAttention, packaged_checkpoint
 from workers.lama_ckl import Row, split, tailor_scores
-from workers.methods.adapter import AdapterMethod
-from workers.methods.base import Example, UpdateMethod
-from workers.methods.memory import MemoryMethod, hubs
 from workers.provenance import git_commit
+from workers.train_attention.phi import TrainAttention, packaged_checkpoint
 
 # The trainers a method can use: the service's two, and full fine-tuning, which it does not offer.
 TRAINERS: dict[str, type[UpdateMethod]] = {"adapter": AdapterMethod, "memory": MemoryMethod, "full": FullMethod}
@@ -161,43 +161,42 @@ def memory_update_costs(method: MemoryMethod) -> dict[str, Any]:
             "swap_in_s": round(time.perf_counter() - started, 4)}
 
 
-def run_method(name: str, config: Config, load: Callable[[], LoadedModel], to_learn: list[Row],
-               nf: list[Row], background: list[str] | None = None, spec: MethodSpec | None = None,
-               assignment: phis.Assignment | None = None, replayed: Sequence[Example] = ()) -> dict[str, Any]:
-    spec = spec or METHODS[name]
-    if spec.weighting == "train_attention":  # every caller's phis pass the guard (run_benchmark's before any trains)
-        assignment = assignment or phis.as_is(phi_path(spec, config.model), to_learn)
-        phis.check_unseen(name, assignment)
-    lr = config.learning_rates.get(name, spec.learning_rate)
-    loaded = load()
-    settings = Settings(lora_rank=config.lora_rank, lora_alpha=config.lora_alpha, optimizer="adamw",
-                        learning_rate=lr, check_every=10**9, max_grad_norm=config.max_grad_norm)
+def new_trainer(spec: MethodSpec, config: Config, loaded: LoadedModel, lr: float,
+                background: list[str] | None) -> tuple[UpdateMethod, dict[str, Any]]:
+    """The method's trainer on a fresh model, at version 0 (the memory first fitted to `background`), and what
+    preparing it found."""
+    settings = Settings(check_every=10**9, max_grad_norm=config.max_grad_norm, method_settings={
+        "adapter": {"rank": config.lora_rank, "alpha": config.lora_alpha, "optimizer": "adamw", "learning_rate": lr}})
     method = TRAINERS[spec.update](loaded.model, loaded.tokenizer, settings)
     extra: dict[str, Any] = {}
     if isinstance(method, MemoryMethod):
         extra["memory"] = prepare_memory(method, loaded, background or [], config.max_tokens)
     method.load(None)
-    learn_probes, nf_probes = [r.probe for r in to_learn], [r.probe for r in nf]
-    train_on = examples_for(to_learn, loaded, method.model, config.max_tokens, spec, config.model,
-                            method.sentence_contexts, assignment)
+    return method, extra
+
+
+def pool_scores(method: UpdateMethod, tokenizer, to_learn: list[Row], nf: list[Row]) -> dict[str, Any]:
+    """Both pools' accuracy and each row's score, on the model as trained so far."""
+    learn = score_probes(method.model, tokenizer, [r.probe for r in to_learn])
+    keep = score_probes(method.model, tokenizer, [r.probe for r in nf])
+    return {"to_learn_acc": sum(learn) / len(learn), "nf_acc": sum(keep) / len(keep),
+            "to_learn_scores": [round(s, 4) for s in learn], "nf_scores": [round(s, 4) for s in keep]}
+
+
+def train_epochs(name: str, spec: MethodSpec, config: Config, method: UpdateMethod, loaded: LoadedModel, lr: float,
+                 train_on: list[Example], to_learn: list[Row], nf: list[Row],
+                 replayed: Sequence[Example]) -> tuple[list[dict[str, Any]], float]:
+    """Epoch -1 (untouched), then `config.epochs` passes over `train_on`, both pools scored after each; and the
+    peak resident memory in MB."""
     pad_id = loaded.tokenizer.pad_token_id or 0
     reference = rho1.token_nll(method.model, [e.input_ids for e in train_on], pad_id) \
         if spec.weighting == "rho1" else []
     optimizer = method.optimizer(lr)
     rng = random.Random(config.seed if config.order_seed is None else config.order_seed)
     peak = rss_mb()
-
-    def score() -> dict[str, Any]:
-        learn = score_probes(method.model, loaded.tokenizer, learn_probes)
-        keep = score_probes(method.model, loaded.tokenizer, nf_probes)
-        return {"to_learn_acc": sum(learn) / len(learn), "nf_acc": sum(keep) / len(keep),
-                "to_learn_scores": [round(s, 4) for s in learn], "nf_scores": [round(s, 4) for s in keep]}
-
-    epochs = [{"epoch": -1, **score(), "train_s": 0.0}]
+    epochs = [{"epoch": -1, **pool_scores(method, loaded.tokenizer, to_learn, nf), "train_s": 0.0}]
     steps = math.ceil(len(train_on) / config.batch_size)
     per_batch = replay.PER_BATCH if spec.replay else 0
-    if per_batch and not replayed:
-        raise ValueError(f"{name} replays the base model's text: pass `replayed`")
     replay_at = 0
     for epoch in range(config.epochs):
         if reference:
@@ -213,11 +212,30 @@ def run_method(name: str, config: Config, load: Callable[[], LoadedModel], to_le
                 bar.update(1)
             report = method.train(order, steps, optimizer=optimizer, batch_size=config.batch_size + per_batch,
                                   progress=progress)
-        scores = score()
+        scores = pool_scores(method, loaded.tokenizer, to_learn, nf)
         epochs.append({"epoch": epoch, **scores, "train_s": round(report.seconds, 2),
                        "mean_loss": sum(report.losses) / len(report.losses)})
         print(f"{name} epoch {epoch}: TO-LEARN {scores['to_learn_acc']:.3f}  NF {scores['nf_acc']:.3f}  "
               f"{report.seconds:.1f} s", flush=True)
+    return epochs, peak
+
+
+def run_method(name: str, config: Config, load: Callable[[], LoadedModel], to_learn: list[Row],
+               nf: list[Row], background: list[str] | None = None, spec: MethodSpec | None = None,
+               assignment: phis.Assignment | None = None, replayed: Sequence[Example] = ()) -> dict[str, Any]:
+    spec = spec or METHODS[name]
+    if spec.weighting == "train_attention":  # every caller's phis pass the guard (run_benchmark's before any trains)
+        assignment = assignment or phis.as_is(phi_path(spec, config.model), to_learn)
+        phis.check_unseen(name, assignment)
+    per_batch = replay.PER_BATCH if spec.replay else 0
+    if per_batch and not replayed:
+        raise ValueError(f"{name} replays the base model's text: pass `replayed`")
+    lr = config.learning_rates.get(name, spec.learning_rate)
+    loaded = load()
+    method, extra = new_trainer(spec, config, loaded, lr, background)
+    train_on = examples_for(to_learn, loaded, method.model, config.max_tokens, spec, config.model,
+                            method.sentence_contexts, assignment)
+    epochs, peak = train_epochs(name, spec, config, method, loaded, lr, train_on, to_learn, nf, replayed)
     if isinstance(method, MemoryMethod):
         extra["update"] = memory_update_costs(method)
     if assignment:

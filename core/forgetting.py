@@ -1,0 +1,54 @@
+"""The retention report behind GET /health/forgetting, built from manifests and document records."""
+from __future__ import annotations
+
+from typing import Any
+
+from core.documents import DocumentStore
+from core.lifecycle import Status
+from core.probes import ProbeSuites, to_json
+from core.state import learned_manifests
+from core.versions import VersionStore
+
+
+def version_row(manifest: dict[str, Any]) -> dict[str, Any]:
+    metrics = manifest.get("metrics", {})
+    return {
+        "version": manifest["version"],
+        "parent": manifest["parent"],
+        "documents": manifest["documents"],
+        "method": manifest["method"],
+        "nf_acc": metrics.get("nf_acc", 1.0 if manifest["version"] == 0 else None),
+        "learned_acc": metrics.get("learned_acc"),
+        "must_keep_acc": metrics.get("must_keep_acc"),
+        "decision": "base" if manifest["version"] == 0 else "committed",
+        "created_at": manifest.get("created_at"),
+        "delta_bytes": manifest.get("delta_bytes", 0),
+    }
+
+
+def report(versions: VersionStore, suites: ProbeSuites, documents: DocumentStore, last: int = 10) -> dict[str, Any]:
+    current = versions.current()
+    rows = [version_row(versions.manifest(v)) for v in versions.versions()]
+    now = next(r for r in rows if r["version"] == current)
+    suite = suites.nf_suite()
+    rejected = [d for d in documents.all() if d["status"] == Status.REJECTED][-last:]
+    return {
+        "current_version": current,
+        "not_to_forget": {
+            "probes": len(suite["probes"]) if suite else 0,
+            "acc_version_0": 1.0 if suite and suite["probes"] else None,  # the suite is what version 0 answers
+            "acc_now": now["nf_acc"],
+        },
+        "learned": {
+            "probes": sum(len(m["probes"]) for m in learned_manifests(versions, current)),
+            "acc_now": now["learned_acc"],
+        },
+        "must_keep": {"probes": to_json(suites.must_keep()), "acc_now": now["must_keep_acc"]},
+        "history": rows,
+        "events": versions.events()[-last:],
+        "last_rejections": [
+            {"document_id": d["document_id"], "reason": (d["gate"] or {}).get("reason"),
+             "scores": d["scores"], "at": d["updated_at"]}
+            for d in rejected
+        ],
+    }

@@ -1,0 +1,71 @@
+"""Who may do what: API keys with scopes, presented as `Authorization: Bearer <key>`.
+
+Scopes: `generate` (ask), `teach` (post and remove documents, read one's own), `metrics` (GET /metrics, for a
+scraper), `admin` (everything: versions, probes, every document). Keys are configured by their SHA-256 (`ckl keys new` makes one), never stored in
+clear. With no keys configured every request is allowed, and `ckl serve` then binds loopback only.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+from pydantic import BaseModel, Field
+
+SCOPES = ("generate", "teach", "metrics", "admin")
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+class KeyConfig(BaseModel):
+    """One configured key (CKL_API_KEYS is a JSON list of these)."""
+    name: str = Field(min_length=1, max_length=64)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    scopes: list[str] = Field(min_length=1)
+
+    def model_post_init(self, _context: object) -> None:
+        if unknown := set(self.scopes) - set(SCOPES):
+            raise ValueError(f"key {self.name!r}: unknown scopes {sorted(unknown)}; scopes are {', '.join(SCOPES)}")
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who made a request: a configured key's name and scopes, or everyone when no keys are configured."""
+    name: str | None
+    scopes: frozenset[str]
+
+    def may(self, scope: str) -> bool:
+        return scope in self.scopes or "admin" in self.scopes
+
+    def owns(self, record: dict) -> bool:
+        """Whether this caller may see or remove a document: an admin, or the key that taught it."""
+        return "admin" in self.scopes or record.get("owner") == self.name
+
+
+OPEN = Caller(None, frozenset(SCOPES))
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def new_key() -> str:
+    return "ckl_" + secrets.token_urlsafe(32)
+
+
+def find_caller(keys: list[KeyConfig], authorization: str | None) -> Caller | None:
+    """The caller a request's Authorization header names; None when it names no configured key."""
+    if not keys:
+        return OPEN
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        return None
+    digest = hash_key(token.strip())
+    for key in keys:  # digests compared in constant time: timing tells nothing about a key's characters
+        if hmac.compare_digest(digest, key.sha256):
+            return Caller(key.name, frozenset(key.scopes))
+    return None
+
+
+def is_loopback(host: str) -> bool:
+    return host in LOOPBACK_HOSTS

@@ -1,0 +1,252 @@
+"""Continuous batching: one decoding thread runs every generation the API asks of the served model.
+
+Each round, between two decoding steps, the thread retires the sequences whose client went away, admits
+waiting ones up to the running cap (each prompt is prefilled alone, so its first token is the one a lone
+request gets), and then runs one forward pass per group for all of that group's sequences. Each sequence
+keeps its own sampling parameters and seeded generator, stop strings, max_new_tokens and finish reason
+(core/model/generation.py: Answer), and leaves its group as soon as it is complete.
+
+Groups. A method sets the model's state for a whole forward pass (`use(version, route)`: the active adapter,
+the memory rows written, the routed delta switched on), so only sequences pinned to the same knowledge version
+with the same routes can share one: each (version, routes) key is a group, and the groups are decoded in turn,
+one step each per round. The current version with no route (most traffic) is one group; a batched-LoRA path
+that would let adapters or routed deltas differ per row is not built.
+
+Cache. A group holds one batched KV cache, left-padded, with a 2D attention mask and per-row position ids
+(core/model/batch_cache.py). A sequence joining a group is padded on the left to the group's length, or
+the group to the sequence's, whichever is shorter; a retired sequence's row is removed.
+
+Sliding window. Gemma 3's sliding layers keep the last window - 1 cache columns and mask by column distance;
+left padding moves all of a row's columns together, so a padded row sees exactly the keys it would see alone,
+before and past the window. Sequences that run past the window are therefore merged like any other
+(tests/test_batching.py checks it across the tiny model's 16-token window).
+
+Exactness. Batched greedy decoding gives every sequence the tokens it gets alone, but not bit-identical fp32
+logits: the CPU's matrix kernels differ by batch size, and a padded row takes the masked attention path (by
+how much: docs/decisions.md, Continuous batching), so a near-tie between the two best tokens could still go
+either way.
+
+Versions. A sequence pins its version when it is submitted and releases it when it is retired; `install`
+takes the serving lock, which every forward pass holds, so a swap lands between two steps and a running
+answer keeps its version. Versions pinned by running sequences form groups of their own.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+
+import torch
+
+from core.model import batch_cache
+from core.model.generation import (
+    Answer,
+    Generation,
+    SamplingParams,
+    eos_ids,
+    sample_token,
+    seeded,
+)
+from core.model.serving import Routes, ServingModel
+from core.state import KnowledgeState
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One request being decoded."""
+    prompt_ids: list[int]
+    version: int
+    routes: Routes
+    answer: Answer
+    generator: torch.Generator | None
+    release: Callable[[], None]  # unpins the version
+    started: float
+    out: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)  # pieces, then the Generation or an error
+    first_token_s: float = 0.0
+    cancelled: bool = False  # the client went away: retired at the next round
+
+    def key(self) -> Hashable:
+        return self.version, tuple(sorted(self.routes.items()))
+
+
+@dataclass(eq=False)
+class Group:
+    """Sequences decoded by one forward pass: one version, one set of routes."""
+    key: Hashable
+    version: int
+    routes: Routes
+    rows: list[Sequence]
+    cache: object  # a DynamicCache, one row per sequence
+    mask: torch.Tensor  # [rows, columns]: 1 on tokens, 0 on left padding
+    positions: torch.Tensor  # [rows]: each row's position of its next input token
+    last: torch.Tensor  # [rows]: each row's last sampled token, its next input
+
+
+class Scheduler:
+    def __init__(self, serving: ServingModel, max_running: int) -> None:
+        self.serving = serving
+        self.max_running = max_running
+        self.stops = eos_ids(serving)
+        self._lock = threading.Lock()  # guards _waiting and _thread
+        self._waiting: deque[Sequence] = deque()
+        self._groups: dict[Hashable, Group] = {}  # the decoding thread's own
+        self._thread: threading.Thread | None = None
+
+    def running(self) -> int:
+        return sum(len(group.rows) for group in list(self._groups.values()))
+
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def stream(self, prompt_ids: list[int], params: SamplingParams, version: int | None = None,
+               load: Callable[[], KnowledgeState] | None = None) -> Iterator[str | Generation]:
+        """As generation.stream, decoded in the batch: text pieces, then the Generation. Pins the version (the
+        current one, or `version`, loaded with `load()` if not held) on the first item; a consumer that stops
+        iterating frees the sequence's row at the next round."""
+        sequence = self._submit(prompt_ids, params, version, load)
+        try:
+            while not isinstance(item := sequence.out.get(), Generation):
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+            yield item
+        finally:
+            sequence.cancelled = True
+
+    def _submit(self, prompt_ids: list[int], params: SamplingParams, version: int | None,
+                load: Callable[[], KnowledgeState] | None) -> Sequence:
+        started = time.perf_counter()
+        pin = ExitStack()
+        version = pin.enter_context(self.serving.pinned(version, load))
+        try:
+            routes = self.serving.routes(version, self.serving.tokenizer.decode(prompt_ids, skip_special_tokens=True))
+        except BaseException:
+            pin.close()
+            raise
+        sequence = Sequence(prompt_ids, version, routes, Answer(self.serving.tokenizer, params, self.stops),
+                            seeded(params.seed), pin.close, started)
+        with self._lock:
+            self._waiting.append(sequence)
+            if self._thread is None:  # the thread ends when nothing is left; the next request starts it again
+                self._thread = threading.Thread(target=self._run, daemon=True, name="ckl-decoder")
+                self._thread.start()
+        return sequence
+
+    def _run(self) -> None:
+        admitted: list[Sequence] = []
+        try:
+            with torch.inference_mode():
+                while (admitted := self._next_round()) is not None:
+                    for sequence in admitted:
+                        self._prefill(sequence)
+                    for group in list(self._groups.values()):
+                        self._step(group)
+        except Exception as exc:  # a fault outside a forward pass: no request may be left waiting for it
+            with self._lock:
+                stranded = [s for group in self._groups.values() for s in group.rows] + admitted + list(self._waiting)
+                self._groups, self._thread = {}, None
+                self._waiting.clear()
+            self._fail(stranded, exc)  # releasing a pin twice is harmless (ExitStack.close)
+            raise
+
+    def _next_round(self) -> list[Sequence] | None:
+        """Retire the cancelled, take the sequences to admit; None (the thread ends) once nothing is left."""
+        for group in list(self._groups.values()):
+            if gone := [s for s in group.rows if s.cancelled]:
+                self._retire(group, gone)
+        with self._lock:
+            for sequence in [s for s in self._waiting if s.cancelled]:
+                self._waiting.remove(sequence)
+                sequence.release()
+            room = self.max_running - self.running()
+            admitted = [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
+            if not admitted and not self._groups:
+                self._thread = None
+                return None
+        return admitted
+
+    def _prefill(self, sequence: Sequence) -> None:
+        """The prompt alone, its first token, and the sequence into its group."""
+        if sequence.answer.finish_reason is not None:  # nothing to generate (max_new_tokens 0)
+            self._end(sequence)
+            return
+        ids = torch.tensor([sequence.prompt_ids], device=self.serving.device)
+        try:
+            out = self.serving.run(sequence.version, lambda m: m(input_ids=ids, use_cache=True, logits_to_keep=1),
+                                   sequence.routes)
+        except Exception as exc:
+            self._fail([sequence], exc)
+            return
+        token = self._take(sequence, out.logits[0, -1].float().cpu())
+        if sequence.answer.finish_reason is not None:
+            self._end(sequence)
+            return
+        mask = torch.ones(1, len(sequence.prompt_ids), dtype=torch.long, device=self.serving.device)
+        positions = torch.tensor([len(sequence.prompt_ids)], device=self.serving.device)
+        last = torch.tensor([token], device=self.serving.device)
+        # A cache that cannot be merged gets a group of its own (keyed by the sequence).
+        key = sequence.key() if batch_cache.batchable(out.cache) else sequence
+        if (group := self._groups.get(key)) is None:
+            self._groups[key] = Group(key, sequence.version, sequence.routes, [sequence], out.cache, mask, positions,
+                                      last)
+            return
+        group.cache, group.mask = batch_cache.merge(group.cache, group.mask, out.cache, mask)
+        group.rows.append(sequence)
+        group.positions = torch.cat([group.positions, positions])
+        group.last = torch.cat([group.last, last])
+
+    def _step(self, group: Group) -> None:
+        """One token for every row of the group."""
+        group.mask = torch.nn.functional.pad(group.mask, (0, 1), value=1)
+        ids, mask, positions = group.last[:, None], group.mask, group.positions[:, None]
+        try:
+            out = self.serving.run(group.version, lambda m: m(
+                input_ids=ids, attention_mask=mask, position_ids=positions, cache=group.cache, use_cache=True,
+                logits_to_keep=1), group.routes)
+        except Exception as exc:
+            del self._groups[group.key]
+            self._fail(group.rows, exc)
+            return
+        group.positions = group.positions + 1
+        logits = out.logits[:, -1].float().cpu()
+        group.last = torch.tensor([self._take(s, logits[i]) for i, s in enumerate(group.rows)],
+                                  device=self.serving.device)
+        if done := [s for s in group.rows if s.answer.finish_reason is not None]:
+            self._retire(group, done)
+
+    def _take(self, sequence: Sequence, logits: torch.Tensor) -> int:
+        params = sequence.answer.params
+        token = sample_token(logits, params.temperature, params.top_p, sequence.generator)
+        if not sequence.first_token_s:
+            sequence.first_token_s = time.perf_counter() - sequence.started
+        if piece := sequence.answer.add(token):
+            sequence.out.put(piece)
+        return token
+
+    def _retire(self, group: Group, leaving: list[Sequence]) -> None:
+        keep = [i for i, s in enumerate(group.rows) if s not in leaving]
+        if keep:
+            rows = torch.tensor(keep, device=self.serving.device)
+            group.mask = batch_cache.keep_rows(group.cache, group.mask, rows)
+            group.positions, group.last = group.positions[rows], group.last[rows]
+            group.rows = [group.rows[i] for i in keep]
+        else:
+            del self._groups[group.key]
+        for sequence in leaving:
+            self._end(sequence)
+
+    def _end(self, sequence: Sequence) -> None:
+        if piece := sequence.answer.rest():
+            sequence.out.put(piece)
+        sequence.release()  # before the Generation: a client that has its answer holds no version
+        sequence.out.put(sequence.answer.result(len(sequence.prompt_ids), sequence.version, sequence.started,
+                                                sequence.first_token_s))
+
+    def _fail(self, sequences: list[Sequence], exc: Exception) -> None:
+        for sequence in sequences:
+            sequence.release()
+            sequence.out.put(exc)

@@ -1,0 +1,106 @@
+"""The served model: base weights plus, per knowledge version in use, each registered method's state.
+
+A request pins the version that is current when it starts and every one of its decoding steps runs
+with that version's state, so a swap never mixes two versions inside one answer. A new version is
+added between two decoding steps (both hold the same lock), and an old one is dropped once no request
+pins it. What a method keeps per version, and how it switches, is its serving side's business
+(methods/<name>/serving.py).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+import torch
+from torch import nn
+
+from core import registry
+from core.model.loader import LoadedModel
+from core.served import ServedMethod
+from core.settings import Settings
+from core.state import KnowledgeState, resolve
+from core.versions import VersionStore
+
+T = TypeVar("T")
+Routes = dict[str, Hashable | None]
+
+
+class ServingModel:
+    def __init__(self, loaded: LoadedModel, settings: Settings) -> None:
+        self.tokenizer = loaded.tokenizer
+        self.device = loaded.device
+        self.name = loaded.name
+        self.model: nn.Module = loaded.model  # every method changes it in place (adapter layers, memory hooks)
+        if not registry.registered():
+            raise RuntimeError("no update method is registered: import the `methods` package first")
+        self.methods: dict[str, ServedMethod] = {spec.name: spec.served(self.model, settings)
+                                                 for spec in registry.registered()}
+        for method in self.methods.values():
+            method.add(0, None)
+        self._lock = threading.Lock()
+        self._pins: Counter[int] = Counter()
+        self._loaded: set[int] = {0}
+        self.current = 0
+
+    def install(self, version: int, state: KnowledgeState | None) -> float:
+        """Make `version` current. Version 0 (the base model) needs no state. Returns the seconds it held the
+        lock: the pause it put between two decoding steps."""
+        with self._lock:
+            clock = time.perf_counter()
+            if version not in self._loaded:
+                for name, method in self.methods.items():
+                    method.add(version, (state or {}).get(name))
+                self._loaded.add(version)
+            self.current = version
+            self._drop_unused()
+            return time.perf_counter() - clock
+
+    def _drop_unused(self) -> None:
+        for version in list(self._loaded):
+            if version not in (0, self.current) and self._pins[version] == 0:
+                for method in self.methods.values():
+                    method.drop(version)
+                self._loaded.discard(version)
+
+    @contextmanager
+    def pinned(self, version: int | None = None, load: Callable[[], KnowledgeState] | None = None) -> Iterator[int]:
+        """Hold a version for one request: the current one, or `version`, added with `load()` if not held (an
+        older version asked for by name, loaded under the lock, so decoding waits for it; dropped again once
+        no request pins it)."""
+        with self._lock:
+            version = self.current if version is None else version
+            if version not in self._loaded:
+                if load is None:
+                    raise KeyError(f"version {version} is not loaded and there is no way to load it")
+                state = load()
+                for name, method in self.methods.items():
+                    method.add(version, state.get(name))
+                self._loaded.add(version)
+            self._pins[version] += 1
+        try:
+            yield version
+        finally:
+            with self._lock:
+                self._pins[version] -= 1
+                self._drop_unused()
+
+    def routes(self, version: int, prompt: str) -> Routes:
+        """Each method's route for a prompt, decided once and held for the whole request."""
+        return {name: method.route(version, prompt) for name, method in self.methods.items()}
+
+    def run(self, version: int, fn: Callable[[nn.Module], T], routes: Routes | None = None) -> T:
+        """Run fn on the model with `version`'s state in use (as routed); one call is one decoding step."""
+        with self._lock, torch.inference_mode():
+            for name, method in self.methods.items():
+                method.use(version, (routes or {}).get(name))
+            return fn(self.model)
+
+
+def install_committed(serving: ServingModel, versions: VersionStore, version: int) -> float:
+    """Make a committed version of the store current on the served model (its deltas checked by hash, read
+    before decoding is paused); the seconds decoding was paused."""
+    return serving.install(version, resolve(versions, version) if version else None)

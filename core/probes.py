@@ -1,0 +1,115 @@
+"""Probe suites: the not-to-forget (NF) suite, the user's must-keep probes, and the shipped pool.
+
+The NF suite is calibrated per base model: the shipped pool is scored on version 0 and the probes
+it answers fully are kept. Each suite is a JSON file in `<data_dir>/probes/`.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from core.fileio import read_json, write_json_atomic
+from core.scoring import Probe
+
+ScoreFn = Callable[[list[Probe]], list[float]]
+
+
+def shipped_pool() -> list[Probe]:
+    return read_probe_file(Path(str(files("core").joinpath("data/probe_pool.tsv"))))
+
+
+def read_probe_file(path: Path) -> list[Probe]:
+    """Probes from a TSV (prompt<TAB>answer), JSONL of {prompt, answer}, or LAMA-ckl rows.
+
+    A LAMA-ckl row becomes the text of `task_descriptive` before the last occurrence of `object`.
+    """
+    probes = []
+    for line in path.read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        if path.suffix == ".tsv":
+            prompt, answer = line.split("\t")
+            probes.append(Probe(prompt, answer))
+            continue
+        row = json.loads(line)
+        probe = lama_probe(row) if "task_descriptive" in row else Probe(row["prompt"], row["answer"])
+        if probe is not None:
+            probes.append(probe)
+    return probes
+
+
+def lama_probe(row: dict[str, Any]) -> Probe | None:
+    """A LAMA-ckl row's cloze: `task_descriptive` up to the object's last occurrence, the object as answer."""
+    sentence, obj = row["task_descriptive"], row["object"]
+    cut = sentence.rfind(obj)
+    return Probe(sentence[:cut].rstrip(), obj) if cut > 0 else None
+
+
+def to_json(probes: list[Probe]) -> list[dict[str, str]]:
+    return [{"prompt": p.prompt, "answer": p.answer} for p in probes]
+
+
+def from_json(rows: list[dict[str, Any]]) -> list[Probe]:
+    return [Probe(r["prompt"], r["answer"]) for r in rows]
+
+
+class TooManyProbes(ValueError):
+    pass
+
+
+class ProbeSuites:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._nf = root / "nf_suite.json"
+        self._must_keep = root / "must_keep.json"
+        self._lock = FileLock(str(root / ".lock"))
+
+    def nf_suite(self) -> dict[str, Any] | None:
+        return read_json(self._nf)
+
+    def nf_probes(self) -> list[Probe]:
+        suite = self.nf_suite()
+        return from_json(suite["probes"]) if suite else []
+
+    def calibrate(self, model_name: str, pool: list[Probe], score: ScoreFn) -> dict[str, Any]:
+        """Keep the pool's probes the base model answers fully; store them as the NF suite."""
+        scores = score(pool)
+        kept = [p for p, s in zip(pool, scores) if s == 1.0]
+        suite = {"model": model_name, "pool_size": len(pool), "probes": to_json(kept)}
+        write_json_atomic(self._nf, suite)
+        return suite
+
+    def ensure_nf_suite(self, model_name: str, score: ScoreFn) -> dict[str, Any]:
+        with self._lock:
+            suite = self.nf_suite()
+            if suite is None:
+                suite = self.calibrate(model_name, shipped_pool(), score)
+            return suite
+
+    def must_keep(self) -> list[Probe]:
+        return from_json(read_json(self._must_keep, []))
+
+    def add_must_keep(self, probes: list[Probe], cap: int) -> list[Probe]:
+        """The must-keep list with `probes` added (once each); TooManyProbes past `cap`, and nothing written."""
+        with self._lock:
+            merged = self.must_keep()
+            seen = set(merged)  # a set: adding n probes to m is O(n + m), not O(n * m)
+            merged += [p for p in dict.fromkeys(probes) if p not in seen]
+            if len(merged) > cap:
+                raise TooManyProbes(f"{len(merged)} must-keep probes would be more than the cap of {cap}; "
+                                    "remove some first (DELETE /probes)")
+            write_json_atomic(self._must_keep, to_json(merged))
+            return merged
+
+    def remove_must_keep(self, probes: list[Probe]) -> list[Probe]:
+        with self._lock:
+            gone = set(probes)
+            kept = [p for p in self.must_keep() if p not in gone]
+            write_json_atomic(self._must_keep, to_json(kept))
+            return kept

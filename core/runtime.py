@@ -1,0 +1,127 @@
+"""What the API process holds while it runs: the served model, the stores, the queue, the watcher."""
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from core import registry
+from core.documents import DocumentStore
+from core.model.loader import LoadedModel, load_model
+from core.model.serving import ServingModel, install_committed
+from core.probes import ProbeSuites
+from core.queue import VERSION_CHANNEL, InProcessQueue, JobFunction, JobQueue, RQQueue
+from core.scoring import score_probes
+from core.settings import Settings
+from core.versions import VersionStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    documents: DocumentStore
+    versions: VersionStore
+    suites: ProbeSuites
+    run_job: JobFunction | None = None  # the learning job both queues run
+    load: Callable[[], LoadedModel] | None = None  # how the served model loads; None: load_model(settings)
+    queue: JobQueue | None = None
+    serving: ServingModel | None = None
+    error: str | None = None
+    fallback: dict | None = None  # set when the current version did not verify at start
+    swaps: deque[float] = field(default_factory=lambda: deque(maxlen=1000))  # seconds each swap paused decoding
+    _wake: threading.Event = field(default_factory=threading.Event)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    @classmethod
+    def create(cls, settings: Settings, run_job: JobFunction | None = None,
+               load: Callable[[], LoadedModel] | None = None) -> Runtime:
+        root = settings.data_dir
+        return cls(settings, DocumentStore(root), VersionStore(root / "versions"), ProbeSuites(root / "probes"),
+                   run_job, load)
+
+    def start(self) -> None:
+        """Load the model and start the queue and the version watcher (runs in a background thread)."""
+        try:
+            s = self.settings
+            if s.method not in registry.servable():
+                raise ValueError(f"CKL_METHOD={s.method!r} is not a registered method ({', '.join(registry.servable())})")
+            loaded = self.load() if self.load else load_model(s, progress=lambda msg: log.warning(msg))
+            serving = ServingModel(loaded, s)
+            self.suites.ensure_nf_suite(
+                s.model, lambda probes: serving.run(0, lambda m: score_probes(m, serving.tokenizer, probes)))
+            if orphans := self.versions.reconcile():
+                log.warning("version folders never made current (a crash during a commit), flagged: %s", orphans)
+            self._install_newest_good(serving)
+            run_job = self.run_job
+            assert run_job is not None, "the runtime needs the learning job (workers.job.learn_document)"
+            if s.redis_url:
+                rq = RQQueue(run_job, s.redis_url, s.queue_name, s.job_timeout_s, s.job_retries)
+                self.queue = rq
+                threading.Thread(target=self._listen_redis, args=(rq,), daemon=True).start()
+            else:
+                self.queue = InProcessQueue(lambda doc_id: (run_job(doc_id), self._wake.set()), s.job_retries)
+                for record in self.documents.resumable(s.job_retries):  # the worker died with the last server
+                    self.queue.enqueue(record["document_id"], record["attempts"])
+            threading.Thread(target=self._watch, daemon=True, name="ckl-version-watcher").start()
+            self.serving = serving
+        except Exception as exc:  # shown by /ready instead of a silent dead server
+            log.exception("start-up failed")
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def _install_newest_good(self, serving: ServingModel) -> None:
+        """The current version; if its files do not verify (a truncated delta after a power cut), the newest
+        version of its lineage that does, made current and reported on /ready."""
+        current = self.versions.current()
+        for version in [m["version"] for m in reversed(self.versions.lineage(current))] + [0]:
+            try:
+                self._install(version, serving)
+            except (ValueError, FileNotFoundError) as exc:  # its files do not verify; anything else is raised
+                log.exception("version %d does not verify", version)
+                self.fallback = self.fallback or {"from": current, "reason": f"{type(exc).__name__}: {exc}"}
+                continue
+            if version != current:
+                self.versions.activate(version, why="fallback")
+                self.fallback["to"] = version
+                log.warning("version %d did not verify: serving version %d", current, version)
+            return
+
+    def _install(self, version: int, serving: ServingModel) -> None:
+        paused_s = install_committed(serving, self.versions, version)
+        self.swaps.append(paused_s)
+        log.warning("serving knowledge version %d (decoding paused %.1f ms)", version, 1000 * paused_s)
+
+    def _watch(self) -> None:
+        """Swap in the current version whenever it changes: woken by an event, or by polling."""
+        while not self._stop.is_set():
+            self._wake.wait(self.settings.version_poll_s)
+            self._wake.clear()
+            version = self.versions.current()
+            if self.serving is not None and version != self.serving.current:
+                try:
+                    self._install(version, self.serving)
+                except Exception:
+                    log.exception("could not swap in version %d", version)
+
+    def _listen_redis(self, rq: RQQueue) -> None:
+        while not self._stop.is_set():
+            try:
+                pubsub = rq.redis.pubsub(ignore_subscribe_messages=True)
+                pubsub.subscribe(VERSION_CHANNEL)
+                while not self._stop.is_set():
+                    if pubsub.get_message(timeout=1.0):
+                        self._wake.set()
+            except Exception:  # Redis went away: the watcher's polling still picks versions up
+                self._stop.wait(self.settings.version_poll_s)
+
+    def notify(self) -> None:
+        self._wake.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self.queue is not None:
+            self.queue.close()

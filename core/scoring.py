@@ -1,0 +1,104 @@
+"""Teacher-forced probe scoring and token-weighted loss, with logits only where they are used.
+
+A probe is a cloze: a prompt and the answer that should follow it. Its score is the share of answer
+tokens the model predicts exactly (argmax == gold) when fed the prompt and the gold answer so far.
+The vocabulary has 262k entries, so the LM head runs only at the positions that predict answer
+(or weighted) tokens: that is most of the cost saved.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import PreTrainedTokenizerBase
+
+
+@dataclass(frozen=True)
+class Probe:
+    prompt: str
+    answer: str
+
+
+def join_probe(prompt: str, answer: str) -> str:
+    """The probe as one text: a space goes between prompt and answer unless one is already there."""
+    if prompt.endswith((" ", "\n")) or answer.startswith((" ", "\n")):
+        return prompt + answer
+    return prompt + " " + answer
+
+
+def encode_probe(tokenizer: PreTrainedTokenizerBase, probe: Probe) -> tuple[list[int], int]:
+    """Token ids of prompt + answer, and the index of the first answer token."""
+    prompt_ids = tokenizer(probe.prompt)["input_ids"]
+    full_ids = tokenizer(join_probe(probe.prompt, probe.answer))["input_ids"]
+    start = 0
+    while start < min(len(prompt_ids), len(full_ids)) and prompt_ids[start] == full_ids[start]:
+        start += 1
+    if start >= len(full_ids):
+        raise ValueError(f"answer {probe.answer!r} adds no tokens to prompt {probe.prompt!r}")
+    return full_ids, max(start, 1)
+
+
+def decoder_and_head(model: nn.Module) -> tuple[nn.Module, nn.Module, float | None]:
+    """The decoder stack, the LM head and the final logit soft-cap of a causal LM (PEFT-wrapped or not)."""
+    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    softcap = getattr(causal_lm.config, "final_logit_softcapping", None)
+    return causal_lm.model, causal_lm.get_output_embeddings(), softcap
+
+
+def logits_at(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+              rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """Logits of the next token at positions (rows[i], cols[i]) only: shape [len(rows), vocab]."""
+    decoder, head, softcap = decoder_and_head(model)
+    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+    logits = head(hidden[rows, cols])
+    if softcap:
+        logits = torch.tanh(logits / softcap) * softcap
+    return logits
+
+
+def pad_batch(sequences: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ids and attention mask."""
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, seq in enumerate(sequences):
+        ids[i, : len(seq)] = torch.tensor(seq)
+        mask[i, : len(seq)] = 1
+    return ids.to(device), mask.to(device)
+
+
+def answer_positions(encoded: list[tuple[list[int], int]]) -> tuple[list[int], list[int], list[int]]:
+    """For each answer token: its row, the position that predicts it, and the gold id."""
+    rows, cols, gold = [], [], []
+    for row, (ids, start) in enumerate(encoded):
+        for pos in range(start, len(ids)):
+            rows.append(row)
+            cols.append(pos - 1)
+            gold.append(ids[pos])
+    return rows, cols, gold
+
+
+@torch.no_grad()
+def score_probes(model: nn.Module, tokenizer: PreTrainedTokenizerBase, probes: list[Probe],
+                 batch_size: int = 32) -> list[float]:
+    """Teacher-forced answer-token accuracy of each probe, in [0, 1]."""
+    device = next(model.parameters()).device
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    scores: list[float] = []
+    for start in range(0, len(probes), batch_size):
+        encoded = [encode_probe(tokenizer, p) for p in probes[start : start + batch_size]]
+        ids, mask = pad_batch([e[0] for e in encoded], pad_id, device)
+        rows, cols, gold = answer_positions(encoded)
+        logits = logits_at(model, ids, mask, torch.tensor(rows, device=device), torch.tensor(cols, device=device))
+        hits = (logits.argmax(-1).cpu() == torch.tensor(gold)).float()
+        per_probe = torch.zeros(len(encoded)).index_add_(0, torch.tensor(rows), hits)
+        counts = torch.zeros(len(encoded)).index_add_(0, torch.tensor(rows), torch.ones(len(rows)))
+        scores.extend((per_probe / counts).tolist())
+    return scores
+
+
+def accuracy(scores: list[float]) -> float | None:
+    """Mean score; None for an empty suite (nothing to compare)."""
+    return sum(scores) / len(scores) if scores else None
+

@@ -1,0 +1,53 @@
+"""The interface of an update method's serving side.
+
+A method has two sides, both in its folder (methods/<name>/). Training (core.training.UpdateMethod): build
+it on the model, load a state, train, give the delta, and optionally take one document out again. Serving
+(this interface): compose the deltas of a version's lineage into a state, add a version's state to the served
+model, use it for a decoding step, drop it.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:  # settings name the registry, which names this interface
+    from core.settings import Settings
+
+LoadDelta = Callable[[int], dict[str, torch.Tensor]]
+
+
+class ServedMethod(ABC):
+    """One method's part of the served model, for every knowledge version a request may pin."""
+    name: str  # the registered name: its settings are settings.method_config(name)
+
+    def __init__(self, model: nn.Module, settings: Settings) -> None:
+        self.model = model
+        self.settings = settings
+        self.config = settings.method_config(self.name)
+
+    @staticmethod
+    @abstractmethod
+    def compose(manifests: list[dict[str, Any]], load_delta: LoadDelta) -> Any:
+        """The method's state after the lineage's versions of it (manifests oldest first, never empty).
+        The training side's `load` takes the same state."""
+
+    @abstractmethod
+    def add(self, version: int, state: Any) -> None:
+        """Make `version`'s state ready (None: the method has learned nothing in that version)."""
+
+    def route(self, version: int, prompt: str) -> Hashable | None:
+        """What of `version`'s state a prompt uses, decided once per request (a method that routes, e.g. to one
+        document's delta, says where; None: the whole state, or nothing routed)."""
+        return None
+
+    @abstractmethod
+    def use(self, version: int, route: Hashable | None = None) -> None:
+        """Called before each decoding step of a request pinned to `version` (under the serving lock)."""
+
+    @abstractmethod
+    def drop(self, version: int) -> None:
+        """No request needs `version` any more."""

@@ -1,0 +1,211 @@
+"""The interface every update method implements, and the training loop they share.
+
+A method owns a trainable knowledge state on top of the frozen base model. The learning job:
+`build` once -> `load(parent state)` -> `train(examples, ...)` -> score the model in the gate -> commit
+`delta()`. The state `load` takes is what the method's serving side composes from a lineage
+(core.served).
+The loop is the same for every method: a token-weighted loss with the LM head only at weighted
+positions, clipped gradients, and a stop as soon as the document's probes pass.
+"""
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from core.scoring import logits_at, pad_batch
+from core.served import LoadDelta
+from core.settings import Settings
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class Example:
+    """One training window: token ids and the weight of each predicted token (position 0 is never predicted)."""
+    input_ids: list[int]
+    weights: list[float]
+
+
+@dataclass
+class TrainReport:
+    steps: int
+    stopped_early: bool
+    losses: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def weighted_positions(examples: list[Example], device: torch.device):
+    """(row, predicting position, target id, weight) for every token with weight > 0."""
+    rows, cols, targets, weights = [], [], [], []
+    for row, ex in enumerate(examples):
+        for pos, w in enumerate(ex.weights):
+            if w > 0 and pos > 0:
+                rows.append(row)
+                cols.append(pos - 1)
+                targets.append(ex.input_ids[pos])
+                weights.append(w)
+    as_tensor = lambda xs, dtype: torch.tensor(xs, dtype=dtype, device=device)  # noqa: E731
+    return as_tensor(rows, torch.long), as_tensor(cols, torch.long), as_tensor(targets, torch.long), \
+        as_tensor(weights, torch.float32)
+
+
+def weighted_nll(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor, rows: torch.Tensor,
+                 n_rows: int) -> torch.Tensor:
+    """L = mean over sequences of sum_i w_i * nll_i / sum_i w_i (only weighted positions are passed in)."""
+    nll = nn.functional.cross_entropy(logits.float(), targets, reduction="none")
+    num = torch.zeros(n_rows, device=logits.device).index_add(0, rows, weights * nll)
+    den = torch.zeros(n_rows, device=logits.device).index_add(0, rows, weights)
+    used = den > 0
+    return (num[used] / den[used]).mean()
+
+
+def batches(examples: list[Example], size: int, steps: int) -> list[list[Example]]:
+    """`steps` batches of `size` examples taken in order, wrapping around."""
+    size = min(size, len(examples))
+    return [[examples[(step * size + i) % len(examples)] for i in range(size)] for step in range(steps)]
+
+
+def make_optimizer(name: str, params: list[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    return torch.optim.SGD(params, lr=lr)
+
+
+class UpdateMethod(ABC):
+    name: str
+    sentence_contexts = False  # also train each later sentence of a document on its own (workers/contexts.py)
+    probe_contexts = False  # also train on the document's probes (prompt -> answer, the answer's tokens weighted)
+    extra_steps = 0  # steps trained after the probes first pass
+    weight_floor = 0.0  # Train-Attention weights: 0 cuts the small ones (CKL_WEIGHT_THRESHOLD); > 0 floors them
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: Settings) -> None:
+        self.tokenizer = tokenizer
+        self.settings = settings
+        self.config = self.own_settings(settings)
+        self.device = next(model.parameters()).device
+
+    def own_settings(self, settings: Settings) -> Any:
+        """The method's own settings (CKL_<NAME>_*): a registered method's come through the registry."""
+        return settings.method_config(self.name)
+
+    @classmethod
+    def build(cls, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: Settings) -> UpdateMethod:
+        """The method on the learner's model; a method with a version-0 state of its own prepares it here."""
+        return cls(model, tokenizer, settings)
+
+    @property
+    @abstractmethod
+    def model(self) -> nn.Module:
+        """The model with the method's current knowledge state: what the gate scores."""
+
+    @abstractmethod
+    def parameters(self) -> list[nn.Parameter]:
+        """What training updates."""
+
+    @abstractmethod
+    def load(self, state: Any) -> None:
+        """Set the knowledge state to a committed one (None: nothing learned by this method)."""
+
+    @abstractmethod
+    def delta(self) -> dict[str, torch.Tensor]:
+        """The trained state as tensors for the version store."""
+
+    @abstractmethod
+    def manifest_fields(self) -> dict[str, Any]:
+        """What a server needs to install the delta, and the hyperparameters, for the manifest."""
+
+    def begin(self, document_id: str, text: str, answers: list[str]) -> None:
+        """Before training a document: a method that keeps something per document sets it up here."""
+
+    def refusal(self) -> str | None:
+        """After `begin`: why this document cannot be learned by this method at all (None: it can)."""
+        return None
+
+    def committed(self, version: int) -> None:
+        """The trained state was committed as `version` and stays loaded for the next document."""
+
+    def can_serve(self, prompt: str, text: str, answers: list[str]) -> bool:
+        """Whether a probe made from a document could reach what the document teaches (every prompt can, unless
+        the method routes)."""
+        return True
+
+    def route(self, prompt: str) -> Hashable | None:
+        """Which part of the loaded state a prompt uses (see ServedMethod.route); None for a method that
+        does not route."""
+        return None
+
+    def activate(self, route: Hashable | None) -> None:
+        """Use `route` for the next forward passes (scoring a group of probes with the same route)."""
+
+    def affected(self, prompt: str) -> bool:
+        """Whether training may have changed the model's output for `prompt`. Every prompt, unless the method
+        can tell: the gate then scores only the affected probes again."""
+        return True
+
+    def remove(self, removed: dict[str, Any], later: list[dict[str, Any]], load_delta: LoadDelta, earlier: Any,
+               relearn: Callable[[], None]) -> bool:
+        """Take one committed version's contribution out of the loaded state, for a removable method.
+        `removed`: that version's manifest; `later`: the manifests of this method's versions after it;
+        `earlier`: the state before it; `relearn()` trains those later documents again on the loaded state, in
+        order. Returns whether it had to relearn."""
+        raise NotImplementedError(f"{self.name} cannot take one document out")
+
+    def restrict_gradients(self, batch: list[Example]) -> None:
+        """Between backward and the step: a method that trains only part of its parameters masks here."""
+
+    def optimizer(self, learning_rate: float | None = None) -> torch.optim.Optimizer:
+        return make_optimizer(self.config.optimizer, self.parameters(), learning_rate or self.config.learning_rate)
+
+    def loss(self, batch: list[Example]) -> torch.Tensor:
+        ids, mask = pad_batch([e.input_ids for e in batch], self.tokenizer.pad_token_id or 0, self.device)
+        rows, cols, targets, weights = weighted_positions(batch, self.device)
+        return weighted_nll(logits_at(self.model, ids, mask, rows, cols), targets, weights, rows, len(batch))
+
+    def train(self, examples: list[Example], budget: int, probes_pass: Callable[[], bool] = lambda: False,
+              progress: Progress = lambda step, steps: None, optimizer: torch.optim.Optimizer | None = None,
+              batch_size: int = 8) -> TrainReport:
+        """Train from the loaded state for `budget` steps, or until `probes_pass()` (checked every few steps)
+        and then `extra_steps` more, after which the probes must still pass (else training goes on).
+
+        A document gets a fresh optimizer (moments from another document say nothing about this one);
+        a caller that trains over several calls (the benchmark's epochs) passes its own.
+        """
+        started = time.perf_counter()
+        optimizer = optimizer or self.optimizer()
+        params = self.parameters()
+        for p in params:  # wrapping the model for another method (PEFT) may have frozen them
+            p.requires_grad_(True)
+        report = TrainReport(steps=0, stopped_early=False)
+        passed_at: int | None = None
+        for step, batch in enumerate(batches(examples, batch_size, budget + self.extra_steps)):
+            with torch.enable_grad():
+                loss = self.loss(batch)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                self.restrict_gradients(batch)
+                if self.settings.max_grad_norm:
+                    torch.nn.utils.clip_grad_norm_(params, self.settings.max_grad_norm)
+                optimizer.step()
+            report.steps = step + 1
+            report.losses.append(round(float(loss.detach()), 4))
+            progress(step + 1, budget + self.extra_steps)
+            if passed_at is None and (step + 1) % self.settings.check_every == 0 and probes_pass():
+                passed_at = step + 1
+            elif passed_at is not None and step + 1 >= passed_at + self.extra_steps:
+                if probes_pass():
+                    break
+                passed_at = None  # the extra steps undid what they were to strengthen: train on, within the budget
+            if passed_at is not None and not self.extra_steps:
+                break
+            if passed_at is None and step + 1 >= budget:  # the extra steps are only for a document that passed
+                break
+        report.stopped_early = passed_at is not None
+        report.seconds = time.perf_counter() - started
+        return report

@@ -1,0 +1,184 @@
+"""The version store: each committed update is a folder `versions/N/` and one pointer says which is served.
+
+A commit writes the delta and its manifest into a temporary folder, renames it to `N/`, and only then
+moves the `CURRENT` pointer (an atomic file replace). A crash at any point leaves the old pointer, so
+the last committed version is what a restarted server serves. Commits run under a cross-process lock
+and name the parent they were trained from: a commit whose parent is no longer current is refused.
+
+A crash between the rename and the pointer move leaves a folder that was never served: an orphan. Every
+version the pointer ever named is listed in `served.json` (after the pointer moved), and before each pointer
+move and at every start (`reconcile`, under the lock) a folder neither listed nor current is flagged with an
+`ORPHAN` file: never listed, never activatable, its number never reused, kept for an operator to inspect.
+"""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from filelock import FileLock
+from safetensors.torch import load_file, save_file
+
+from core import faults
+from core.fileio import (
+    fsync_dir,
+    fsync_file,
+    read_json,
+    write_bytes_atomic,
+    write_json_atomic,
+)
+
+MANIFEST_FILE = "manifest.json"
+ORPHAN_FILE = "ORPHAN"
+
+
+class ParentMoved(Exception):
+    """The current version changed while a candidate was being trained from the old one."""
+
+
+class AlreadyCommitted(Exception):
+    """A document is committed once: a retried job (a worker killed after the commit, before its record said
+    so; two workers on one document) finds it already in the lineage."""
+
+    def __init__(self, document_id: str, version: int) -> None:
+        super().__init__(f"document {document_id} is already committed in version {version}")
+        self.version = version
+
+
+class UnknownVersion(Exception):
+    pass
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class VersionStore:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._pointer = root / "CURRENT"
+        self._events = root / "events.json"
+        self._served = root / "served.json"
+        self.lock = FileLock(str(root / ".lock"))
+
+    def current(self) -> int:
+        try:
+            return int(self._pointer.read_text().strip())
+        except FileNotFoundError:
+            return 0
+
+    def exists(self, version: int) -> bool:
+        folder = self.root / str(version)
+        return version == 0 or ((folder / MANIFEST_FILE).exists() and not (folder / ORPHAN_FILE).exists())
+
+    def manifest(self, version: int) -> dict[str, Any]:
+        if version == 0:
+            return {"version": 0, "parent": None, "documents": [], "probes": [], "method": "base", "metrics": {}}
+        data = read_json(self.root / str(version) / MANIFEST_FILE)
+        if data is None:
+            raise UnknownVersion(f"version {version} does not exist")
+        return data
+
+    def versions(self) -> list[int]:
+        return [0, *self._folders(orphans=False)]
+
+    def orphans(self) -> list[int]:
+        return sorted(set(self._folders()) - set(self._folders(orphans=False)))
+
+    def _folders(self, orphans: bool = True) -> list[int]:
+        """Committed version folders (a manifest inside), orphans included unless asked otherwise."""
+        return sorted(int(p.name) for p in self.root.iterdir() if p.name.isdigit() and (p / MANIFEST_FILE).exists()
+                      and (orphans or not (p / ORPHAN_FILE).exists()))
+
+    def reconcile(self) -> list[int]:
+        """Flag the folders a crash left between their rename and the pointer move; returns the new orphans.
+        Runs under the lock, so no commit is half done meanwhile."""
+        with self.lock:
+            listed = read_json(self._served)
+            # A store from before the list: every folder it has was committed whole.
+            served = set(self._folders() if listed is None else listed)
+            if current := self.current():  # a crash after the pointer moved, before the list: it was served
+                served.add(current)
+            if listed is None or served != set(listed):
+                write_json_atomic(self._served, sorted(served))
+            found = [v for v in self._folders(orphans=False) if v not in served]
+            for version in found:
+                write_json_atomic(self.root / str(version) / ORPHAN_FILE,
+                                  {"reason": "written but never made current (a crash before the pointer moved); "
+                                             "its documents are learned again by a later version",
+                                   "flagged_at": time.time()})
+            return found
+
+    def lineage(self, version: int) -> list[dict[str, Any]]:
+        """Manifests from version 1 up to `version` along parent links (the knowledge it contains)."""
+        chain = []
+        while version:
+            manifest = self.manifest(version)
+            chain.append(manifest)
+            version = manifest["parent"]
+        return chain[::-1]
+
+    def holding(self, document_id: str, version: int) -> int | None:
+        """The version along `version`'s lineage that committed `document_id`, if any."""
+        return next((m["version"] for m in self.lineage(version) if document_id in m["documents"]), None)
+
+    def load_delta(self, version: int) -> dict[str, torch.Tensor]:
+        manifest = self.manifest(version)
+        path = self.root / str(version) / manifest["delta_file"]
+        if sha256_file(path) != manifest["delta_sha256"]:
+            raise ValueError(f"version {version}: delta file does not match its manifest hash")
+        return load_file(str(path))
+
+    def commit(self, parent: int, delta: dict[str, torch.Tensor], manifest: dict[str, Any], delta_file: str) -> int:
+        """A new version from `parent`: the delta in `delta_file` (the method's file name), hashed in the manifest,
+        every file synced before the folder is renamed into place (a power cut never leaves CURRENT naming a
+        truncated delta)."""
+        with self.lock:
+            self.reconcile()
+            if self.current() != parent:
+                raise ParentMoved(f"trained from version {parent}, but version {self.current()} is now current")
+            for document_id in manifest["documents"]:
+                if (held := self.holding(document_id, parent)) is not None:
+                    raise AlreadyCommitted(document_id, held)
+            version = max(self._folders(), default=0) + 1  # an orphan's number is not reused
+            tmp = self.root / f".tmp-{version}"
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            tmp.mkdir()
+            save_file({k: v.contiguous() for k, v in delta.items()}, str(tmp / delta_file))
+            fsync_file(tmp / delta_file)
+            full = {**manifest, "version": version, "parent": parent, "created_at": time.time(),
+                    "delta_file": delta_file, "delta_sha256": sha256_file(tmp / delta_file),
+                    "delta_bytes": (tmp / delta_file).stat().st_size}
+            write_json_atomic(tmp / MANIFEST_FILE, full)  # synced, and its folder too
+            tmp.rename(self.root / str(version))
+            fsync_dir(self.root)
+            faults.kill_point("commit_renamed")
+            self._move_pointer(version, "commit")
+            return version
+
+    def activate(self, version: int, why: str = "activate") -> None:
+        with self.lock:
+            self.reconcile()
+            if not self.exists(version):
+                raise UnknownVersion(f"version {version} does not exist")
+            self._move_pointer(version, why)
+
+    def events(self) -> list[dict[str, Any]]:
+        return read_json(self._events, [])
+
+    def _move_pointer(self, version: int, why: str) -> None:
+        previous = self.current()
+        write_bytes_atomic(self._pointer, f"{version}\n".encode())
+        write_json_atomic(self._served, sorted({*read_json(self._served, []), version}))
+        events = self.events()
+        events.append({"version": version, "from": previous, "event": why, "at": time.time()})
+        write_json_atomic(self._events, events[-200:])

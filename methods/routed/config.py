@@ -1,0 +1,25 @@
+"""The routed method's settings (CKL_ROUTED_*): one low-rank delta per document, used only for prompts whose
+rare words match the document's key with at least `threshold` weight (routing.py)."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class RoutedSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CKL_ROUTED_", extra="forbid")
+
+    threshold: float = Field(2.0, gt=0)
+    rank: int = Field(4, gt=0)
+    alpha: float = Field(8.0, gt=0)
+    targets: list[str] = Field(default_factory=lambda: ["gate_proj", "up_proj", "down_proj"])
+    optimizer: Literal["adamw"] = "adamw"  # a fresh delta per document
+    learning_rate: float = Field(1e-3, gt=0)
+    # Steps trained after the document's probes first pass: a margin, so paraphrases and the answer's later
+    # tokens hold too. 0: stop as soon as they pass.
+    extra_steps: int = Field(4, ge=0)
+    # Train-Attention's weights sit on this floor (a share of the largest weight): every token of the document is
+    # learned, phi's tokens most (docs/decisions.md: "The routed method's defaults").
+    weight_floor: float = Field(0.5, ge=0, le=1)

@@ -1,0 +1,99 @@
+"""Serving the routed method: one low-rank delta per document, applied only to prompts routed to it.
+
+A version holds the documents of its lineage in teaching order, each with its key (routing.py); removing
+one drops it exactly. A prompt routed to no document runs the base model. A document's tensors are loaded
+once and shared by every version that holds it.
+"""
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from core.served import LoadDelta, ServedMethod
+from core.settings import Settings
+from methods.routed import routing
+from methods.routed.config import RoutedSettings
+from methods.routed.layer import LoraShape, RoutedLora
+
+
+@dataclass(frozen=True)
+class Taught:
+    """One document in a version: its id, its key, and the version that stores its tensors."""
+    document_id: str
+    key: dict[str, float]
+    version: int
+
+
+@dataclass
+class RoutedState:
+    documents: list[Taught] = field(default_factory=list)  # teaching order
+    load_delta: LoadDelta | None = None  # reads a document's tensors from the version store when needed
+
+    def keys(self) -> list[tuple[str, dict[str, float]]]:
+        return [(d.document_id, d.key) for d in self.documents]
+
+
+def compose(manifests: list[dict[str, Any]], load_delta: LoadDelta) -> RoutedState:
+    taught: dict[str, Taught] = {}
+    for manifest in manifests:
+        if manifest.get("removes"):
+            taught.pop(manifest["removes"], None)
+        else:
+            document_id = manifest["documents"][0]
+            taught.pop(document_id, None)  # committed again (a retried job): the newer one, at its place
+            taught[document_id] = Taught(document_id, manifest["key"], manifest["version"])
+    return RoutedState(list(taught.values()), load_delta)
+
+
+def lora_shape(config: RoutedSettings) -> LoraShape:
+    return LoraShape(config.rank, config.alpha, tuple(config.targets))
+
+
+def ensure_loaded(lora: RoutedLora, state: RoutedState) -> None:
+    """Read the tensors of the state's documents that `lora` does not hold yet."""
+    for taught in state.documents:
+        if lora.sources.get(taught.document_id) != taught.version:
+            assert state.load_delta is not None
+            device = next(next(iter(lora.modules.values())).parameters()).device
+            lora.documents[taught.document_id] = {k: v.to(device) for k, v in state.load_delta(taught.version).items()}
+            lora.sources[taught.document_id] = taught.version
+
+
+class RoutedServed(ServedMethod):
+    name = "routed"
+
+    def __init__(self, model: nn.Module, settings: Settings) -> None:
+        super().__init__(model, settings)
+        self.lora = RoutedLora(model, lora_shape(self.config))
+        self._keys: dict[int, list[tuple[str, dict[str, float]]]] = {0: []}
+
+    @staticmethod
+    def compose(manifests: list[dict[str, Any]], load_delta: LoadDelta) -> RoutedState:
+        return compose(manifests, load_delta)
+
+    def add(self, version: int, state: RoutedState | None) -> None:
+        state = state or RoutedState()
+        ensure_loaded(self.lora, state)
+        self._keys[version] = state.keys()
+
+    def route(self, version: int, prompt: str) -> Hashable | None:
+        return routing.route(prompt, self._keys[version], self.config.threshold)
+
+    def use(self, version: int, route: Hashable | None = None) -> None:
+        self.lora.active = route
+
+    def drop(self, version: int) -> None:
+        self._keys.pop(version, None)
+        held = {document_id for keys in self._keys.values() for document_id, _ in keys}
+        for document_id in set(self.lora.documents) - held:
+            del self.lora.documents[document_id]
+            self.lora.sources.pop(document_id, None)
+
+
+def empty_delta() -> dict[str, torch.Tensor]:
+    """What a removal version stores: nothing (a removal is exact: the document is no longer in the version)."""
+    return {"removed": torch.zeros(0)}

@@ -1,0 +1,131 @@
+"""The routed method: each document gets its own low-rank delta, used only for prompts about it.
+
+A prompt is routed by the document's key, its words that are rare in English (routing.py);
+any other prompt runs the base model unchanged, so teaching a fact cannot move unrelated answers, and the
+gate needs to score again only the probes routed to the new document. The tokens trained are the
+document's weighting's (Train-Attention's weights on a floor, so every token is learned and phi's most), in
+the document's windows, its sentences on their own and its probes, so the fact is found from more than one
+context.
+"""
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from core.served import LoadDelta
+from core.settings import Settings
+from core.training import UpdateMethod
+from methods.routed import routing
+from methods.routed.layer import RoutedLora
+from methods.routed.serving import (
+    RoutedState,
+    Taught,
+    empty_delta,
+    ensure_loaded,
+    lora_shape,
+)
+
+
+class RoutedMethod(UpdateMethod):
+    name = "routed"
+    sentence_contexts = True
+    probe_contexts = True
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: Settings) -> None:
+        super().__init__(model, tokenizer, settings)
+        self._model = model
+        self.lora = RoutedLora(model, lora_shape(self.config))
+        self.state = RoutedState()
+        self.extra_steps = self.config.extra_steps
+        self.weight_floor = self.config.weight_floor
+        self.document_id: str | None = None  # the document being trained
+        self.key: dict[str, float] = {}
+        self.removed: tuple[str, list[tuple[str, dict[str, float]]]] | None = None  # (document, keys before)
+
+    @property
+    def model(self) -> nn.Module:
+        return self._model
+
+    def parameters(self) -> list[nn.Parameter]:
+        return list(self.lora.documents[self.document_id].values()) if self.document_id else []
+
+    def load(self, state: RoutedState | None) -> None:
+        self.state = state or RoutedState()
+        held = {taught.document_id for taught in self.state.documents}
+        for document_id in set(self.lora.documents) - held:  # an uncommitted candidate included
+            del self.lora.documents[document_id]
+            self.lora.sources.pop(document_id, None)
+        ensure_loaded(self.lora, self.state)
+        self.document_id, self.key, self.lora.active, self.removed = None, {}, None, None
+
+    def begin(self, document_id: str, text: str, answers: list[str]) -> None:
+        self.document_id, self.key = document_id, routing.document_key(text, answers)
+        self.lora.documents[document_id] = self.lora.fresh(seed=zlib.crc32(document_id.encode()))
+
+    def refusal(self) -> str | None:
+        weight = sum(self.key.values())
+        if weight < self.config.threshold:
+            words = ", ".join(self.key) or "none"
+            return (f"no words rare enough to route prompts to this document (key words: {words}; weight "
+                    f"{weight:.2f} < {self.config.threshold}); teach it with method 'adapter' or 'memory'")
+        return None
+
+    def train(self, *args: Any, **kwargs: Any):
+        self.lora.active = self.document_id  # trained (and its probes checked) with its own delta on
+        return super().train(*args, **kwargs)
+
+    def delta(self) -> dict[str, torch.Tensor]:
+        if self.document_id is None:
+            return empty_delta()
+        return {k: v.detach().cpu().clone() for k, v in self.lora.documents[self.document_id].items()}
+
+    def manifest_fields(self) -> dict[str, Any]:
+        c = self.config
+        return {"key": self.key, "routing": {"threshold": c.threshold, "rank": c.rank, "alpha": c.alpha,
+                                             "targets": list(c.targets)},
+                "hyperparameters": {"optimizer": c.optimizer, "learning_rate": c.learning_rate,
+                                    "max_steps": self.settings.max_steps, "extra_steps": c.extra_steps}}
+
+    def committed(self, version: int) -> None:
+        if self.document_id is not None:
+            self.state.documents = [t for t in self.state.documents if t.document_id != self.document_id]
+            self.state.documents.append(Taught(self.document_id, self.key, version))
+            self.lora.sources[self.document_id] = version
+        self.document_id, self.key, self.lora.active, self.removed = None, {}, None, None
+
+    def _keys(self) -> list[tuple[str, dict[str, float]]]:
+        candidate = [(self.document_id, self.key)] if self.document_id else []
+        return self.state.keys() + candidate
+
+    def can_serve(self, prompt: str, text: str, answers: list[str]) -> bool:
+        key = routing.document_key(text, answers)
+        return routing.score(routing.words(prompt), key) >= self.config.threshold
+
+    def route(self, prompt: str) -> Hashable | None:
+        return routing.route(prompt, self._keys(), self.config.threshold)
+
+    def activate(self, route: Hashable | None) -> None:
+        self.lora.active = route
+
+    def affected(self, prompt: str) -> bool:
+        """Only prompts routed to the new document (it can only take routes: of equal scores the newest wins),
+        or, after a removal, those that were routed to the removed one."""
+        if self.removed is not None:
+            target, keys_before = self.removed
+            return routing.route(prompt, keys_before, self.config.threshold) == target
+        return self.document_id is not None and self.route(prompt) == self.document_id
+
+    def remove(self, removed: dict[str, Any], later: list[dict[str, Any]], load_delta: LoadDelta,
+               earlier: Any, relearn: Callable[[], None]) -> bool:
+        """Exact: the document leaves the state (and no prompt routes to it any more); nothing to relearn."""
+        target = removed["documents"][0]
+        self.removed = (target, self.state.keys())
+        self.state.documents = [t for t in self.state.documents if t.document_id != target]
+        self.lora.documents.pop(target, None)
+        self.lora.sources.pop(target, None)
+        return False

@@ -1,0 +1,100 @@
+"""Every generation the API runs goes through here, whichever route asked: the prompt's limits, the version
+asked for, the caps on generations running and waiting, the batch scheduler that decodes them, and the
+metrics."""
+from __future__ import annotations
+
+import threading
+from collections.abc import Generator, Iterator
+from contextlib import closing
+
+from core.model.batching import Scheduler
+from core.model.generation import Generation, SamplingParams
+from core.model.serving import ServingModel
+from core.runtime import Runtime
+from core.state import resolve, restored_by
+from service.errors import ApiError, busy, field_error
+from service.metrics import Metrics
+
+
+def require_serving(runtime: Runtime) -> ServingModel:
+    """The served model; 503 while it loads (or failed to), before anything is generated or stored."""
+    if runtime.serving is None:
+        raise ApiError(503, "not_ready", runtime.error or "the model is still loading; GET /ready says when")
+    return runtime.serving
+
+
+class GenerationService:
+    """Admission and scheduling for the API's generations (one per app, in app.state.generations)."""
+
+    def __init__(self, runtime: Runtime, metrics: Metrics) -> None:
+        self.runtime = runtime
+        self.settings = runtime.settings
+        self.metrics = metrics
+        # Admitted generations: those decoding (at most max_concurrent_generations, the scheduler's cap) and those
+        # waiting for a row.
+        self._admitted = threading.BoundedSemaphore(self.settings.max_concurrent_generations
+                                                    + self.settings.max_waiting_generations)
+        self._scheduler: Scheduler | None = None
+        self._scheduler_lock = threading.Lock()
+
+    def serving(self) -> ServingModel:
+        return require_serving(self.runtime)
+
+    def scheduler(self) -> Scheduler:
+        serving = self.serving()
+        with self._scheduler_lock:  # built on first use: the model is not loaded when the app is made
+            if self._scheduler is None:
+                self._scheduler = Scheduler(serving, self.settings.max_concurrent_generations)
+            return self._scheduler
+
+    def prompt_ids(self, prompt: str, max_new_tokens: int, field: str = "prompt",
+                   tokens_field: str = "max_new_tokens") -> list[int]:
+        """The prompt's token ids, within the settings' limits; `field` and `tokens_field` name the request's
+        fields in a 422 (the OpenAI routes call them differently)."""
+        s = self.settings
+        if len(prompt) > s.max_prompt_chars:
+            raise field_error(field, "max_chars", f"longer than {s.max_prompt_chars} characters")
+        if max_new_tokens > s.max_new_tokens_cap:
+            raise field_error(tokens_field, "less_than_equal", f"must be <= {s.max_new_tokens_cap}")
+        ids = self.serving().tokenizer(prompt)["input_ids"]
+        if len(ids) > s.max_prompt_tokens:
+            raise field_error(field, "max_tokens", f"{len(ids)} tokens, more than {s.max_prompt_tokens}")
+        return ids
+
+    def version(self, model_version: int | None) -> int | None:
+        """A version asked for by name: it must exist, and an admin's removal must not be undone by asking it."""
+        if model_version is None:
+            return None
+        if not self.runtime.versions.exists(model_version):
+            raise ApiError(404, "model_not_found", f"no knowledge version {model_version}")
+        if restored_by(self.runtime.versions, model_version):
+            raise ApiError(404, "model_not_found", f"version {model_version} holds documents removed since")
+        return model_version
+
+    def stream(self, ids: list[int], params: SamplingParams,
+               version: int | None = None) -> Generator[str | Generation, None, None]:
+        """Text pieces, then the Generation. Checked now, before a streamed response sends anything: 404 for a
+        version that cannot be asked, 429 when as many generations run and wait as the settings allow. The
+        generator comes back started, so its slot is freed whether it ends, fails, or is closed unfinished (a
+        client that went away; the scheduler drops its row at the next decoding step)."""
+        scheduler = self.scheduler()
+        version = self.version(version)
+        if not self._admitted.acquire(blocking=False):
+            s = self.settings
+            raise busy(f"{s.max_concurrent_generations} generations are running and {s.max_waiting_generations} "
+                       "waiting", retry_after_s=1)
+        load = (lambda: resolve(self.runtime.versions, version)) if version else None
+
+        def pieces() -> Iterator[str | Generation | None]:
+            try:
+                yield None  # the start: from here on, closing the generator runs the finally
+                with closing(scheduler.stream(ids, params, version, load)) as items:
+                    for item in items:
+                        if isinstance(item, Generation):
+                            self.metrics.generation(item.timing["first_token_s"], item.completion_tokens)
+                        yield item
+            finally:
+                self._admitted.release()
+        started = pieces()
+        next(started)
+        return started

@@ -1,1 +1,0 @@
-"""Knowledge state: adapters, the version store, probes and their scoring."""

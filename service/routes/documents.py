@@ -1,0 +1,137 @@
+"""/documents (teach scope): post a document to learn, remove one's contribution, read one's own documents.
+A key sees only the documents it taught (admin sees all); another key's document is as unknown as none."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+
+from core import registry
+from core.documents import IdempotencyConflict, UnknownDocument
+from core.keys import Caller
+from core.lifecycle import Status
+from core.runtime import Runtime
+from service.auth import needs
+from service.dependencies import RuntimeDep
+from service.errors import ApiError, busy, field_error
+from service.generations import require_serving
+from service.schemas import DOCUMENT_ID, DocumentAccepted, DocumentRequest
+
+router = APIRouter()
+TeachCaller = Annotated[Caller, Depends(needs("teach"))]  # each route's access rule: the key that asks
+NOT_QUEUED = "not queued: "  # how the error of a record the queue refused begins
+
+
+@router.post("/documents", status_code=202, response_model=DocumentAccepted)
+def post_document(req: DocumentRequest, runtime: RuntimeDep,
+                  caller: TeachCaller) -> DocumentAccepted:
+    settings = runtime.settings
+    if len(req.text) > settings.max_document_chars:
+        raise field_error("text", "max_chars", f"longer than {settings.max_document_chars} characters")
+    if len(req.probes) > settings.max_probes_per_document:
+        raise field_error("probes", "max_items", f"at most {settings.max_probes_per_document} probes")
+    weighting = req.weighting or settings.weighting
+    if weighting == "oracle" and not any(p.answer.strip() in req.text for p in req.probes):
+        raise field_error("weighting", "needs_answers_in_text",
+                          "oracle weighting needs probes whose answer occurs in the text")
+    require_serving(runtime)  # refuse before storing anything while no queue exists yet
+    pending = runtime.documents.pending()
+    if len(pending) >= settings.max_queued_documents:
+        raise busy(f"{len(pending)} documents are waiting to be learned", retry_after_s=30)
+    if caller.name and sum(r.get("owner") == caller.name for r in pending) >= settings.max_queued_per_key:
+        raise busy(f"this key has {settings.max_queued_per_key} documents waiting", retry_after_s=30)
+    body = {**req.model_dump(exclude={"idempotency_key"}), "weighting": weighting,
+            "method": req.method or settings.method, "owner": caller.name}
+    # Idempotency keys are each API key's own: one caller can neither reuse nor probe another's.
+    key = f"user:{caller.name or ''}:{req.idempotency_key}" if req.idempotency_key else None
+    return accept(runtime, body, key, lambda exc: ApiError(409, "idempotency_conflict", str(exc)))
+
+
+@router.delete("/documents/{document_id}", status_code=202, response_model=DocumentAccepted)
+def delete_document(document_id: str, runtime: RuntimeDep,
+                    caller: TeachCaller) -> DocumentAccepted:
+    """Take one document's contribution out (a removable method): a removal job makes a new, gated version."""
+    target = owned(runtime, document_id, caller)
+    refuse_removal(runtime, target)
+    require_serving(runtime)
+    body = {"text": "", "probes": [], "method": target["method"], "weighting": "uniform", "removes": document_id,
+            "owner": caller.name}
+    return accept(runtime, body, f"remove:{caller.name or ''}:{document_id}:{runtime.versions.current()}",
+                  lambda exc: ApiError(409, "already_removing", "a removal of this document is already queued"))
+
+
+@router.get("/documents/{document_id}")
+def get_document(document_id: str, runtime: RuntimeDep, caller: TeachCaller) -> dict[str, Any]:
+    return owned(runtime, document_id, caller)
+
+
+@router.get("/documents")
+def list_documents(runtime: RuntimeDep, caller: TeachCaller, offset: int = Query(0, ge=0),
+                   limit: int = Query(50, ge=1, le=500)) -> dict[str, Any]:
+    records = [r for r in runtime.documents.all() if caller.owns(r)]
+    brief = [{k: r[k] for k in ("document_id", "status", "version", "created_at", "method")} for r in records]
+    return {"total": len(records), "offset": offset, "limit": limit, "items": brief[offset : offset + limit]}
+
+
+def owned(runtime: Runtime, document_id: str, caller: Caller) -> dict[str, Any]:
+    """A document the caller may see: another key's document is as unknown as one that does not exist."""
+    try:
+        record = runtime.documents.get(document_id) if DOCUMENT_ID.fullmatch(document_id) else None
+    except UnknownDocument:
+        record = None
+    if record is None or not caller.owns(record):
+        raise ApiError(404, "not_found", f"no document {document_id}")
+    return record
+
+
+def refuse_removal(runtime: Runtime, target: dict[str, Any]) -> None:
+    """409 unless `target` is a committed document of a removable method, in the current version's lineage."""
+    if target.get("removes"):
+        raise ApiError(409, "not_removable", "this is a removal; activate an earlier version to undo it")
+    if target.get("removed_in_version"):
+        raise ApiError(409, "already_removed", f"removed in version {target['removed_in_version']}")
+    if target["status"] != Status.COMMITTED:
+        raise ApiError(409, "not_committed", f"only a committed document can be removed (status: {target['status']})")
+    if target["method"] not in registry.servable() or not registry.get(target["method"]).removable:
+        removable = ", ".join(s.name for s in registry.registered() if s.removable)
+        raise ApiError(409, "not_removable", f"only documents of a removable method ({removable}) can be removed "
+                                             f"one by one; roll back with POST /versions/{{n}}/activate")
+    lineage = {m["version"] for m in runtime.versions.lineage(runtime.versions.current())}
+    if target["version"] not in lineage:
+        raise ApiError(409, "not_current", f"version {target['version']} is not part of the current version")
+
+
+def accept(runtime: Runtime, body: dict[str, Any], idempotency_key: str | None,
+           conflict: Callable[[IdempotencyConflict], ApiError]) -> DocumentAccepted:
+    """Store the document, then queue its job; the same key again answers the same record (`conflict` makes the
+    409 for a key used with another body). 503 when the queue refuses: the record says `failed`, "not queued".
+
+    Such a record is final, and its job does not exist: a retry with the same key makes a new record under a key
+    derived from the failed one's id (the same on every retry), so it is queued once the queue is back."""
+    while True:
+        try:
+            record, new = runtime.documents.create(body, idempotency_key)
+        except IdempotencyConflict as exc:
+            raise conflict(exc) from exc
+        if new or not never_queued(record):
+            break
+        idempotency_key = f"{idempotency_key}:after:{record['document_id']}"
+    if new:
+        record = enqueue(runtime, record["document_id"])
+    return DocumentAccepted(document_id=record["document_id"], job_id=record["job_id"], status=record["status"],
+                            status_url=f"/documents/{record['document_id']}")
+
+
+def never_queued(record: dict[str, Any]) -> bool:
+    return record["status"] == Status.FAILED and (record.get("error") or "").startswith(NOT_QUEUED)
+
+
+def enqueue(runtime: Runtime, document_id: str) -> dict[str, Any]:
+    """Queue a new record's job (its first attempt); the record then names the job."""
+    try:
+        job_id = runtime.queue.enqueue(document_id, 0)
+    except Exception as exc:  # e.g. Redis is down: not accepted, and the record says so
+        runtime.documents.move(document_id, Status.FAILED, error=f"{NOT_QUEUED}{exc}")
+        raise ApiError(503, "queue_unavailable", f"the job queue is unavailable: {exc}") from exc
+    return runtime.documents.update(document_id, job_id=job_id)

@@ -1,0 +1,43 @@
+"""Knowledge versions (admin): the list, rollback by activating one, and the retention report
+(/health/forgetting: what the current version still answers of the NF suite and of what it learned)."""
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends
+
+from core import forgetting
+from core.state import restored_by
+from core.versions import UnknownVersion
+from service.auth import needs
+from service.dependencies import RuntimeDep
+from service.errors import ApiError
+from service.schemas import ActivateRequest
+
+router = APIRouter(dependencies=[Depends(needs("admin"))])
+
+
+@router.get("/versions")
+def list_versions(runtime: RuntimeDep) -> dict[str, Any]:
+    store = runtime.versions
+    return {"current": store.current(), "versions": [forgetting.version_row(store.manifest(v)) for v in store.versions()],
+            "orphans": store.orphans()}  # written by a commit that crashed before it was served
+
+
+@router.post("/versions/{version}/activate")
+def activate(version: int, req: ActivateRequest, runtime: RuntimeDep) -> dict[str, Any]:
+    try:
+        if (back := restored_by(runtime.versions, version)) and not req.force:
+            raise ApiError(409, "would_restore_removed",
+                           f"version {version} holds documents removed since: {', '.join(back)}; "
+                           "send force: true to activate it anyway")
+        runtime.versions.activate(version)
+    except UnknownVersion as exc:
+        raise ApiError(404, "not_found", str(exc)) from exc
+    runtime.notify()
+    return {"current": version}
+
+
+@router.get("/health/forgetting")
+def health_forgetting(runtime: RuntimeDep) -> dict[str, Any]:
+    return forgetting.report(runtime.versions, runtime.suites, runtime.documents)

@@ -1,0 +1,1 @@
+"""Method folders outside the `methods` package, discovered the way `methods` discovers its own."""

@@ -1,0 +1,7 @@
+"""A method written as a new folder and nothing else: a bias on the next-token logits, one vector per version."""
+from core.registry import MethodSpec, register
+from tests.extra_methods.bias.config import BiasSettings
+from tests.extra_methods.bias.serving import BiasServed
+from tests.extra_methods.bias.training import BiasMethod
+
+register(MethodSpec("bias", BiasServed, BiasMethod, BiasSettings, "bias.safetensors"))

@@ -1,0 +1,57 @@
+"""A removal job (DELETE /documents/{id}): a new version without one document's contribution, made by the
+method's `remove` in place of weigh and train, then evaluated and committed or rejected like any other."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from core.documents import DocumentStore
+from core.lifecycle import Status
+from core.probes import from_json
+from core.state import learned_manifests, resolve
+from workers.run import Run
+
+if TYPE_CHECKING:
+    from workers.learner import Learner
+
+
+def remove(learner: Learner, parent: int, record: dict[str, Any]) -> Status:
+    """Run the removal `record` asks for from version `parent`; returns the status it ends in."""
+    target = learner.documents.get(record["removes"])
+    lineage = learner.versions.lineage(parent)
+    position = next((i for i, m in enumerate(lineage) if m["version"] == target["version"]), None)
+    if position is None:
+        raise ValueError(f"version {target['version']} of document {target['document_id']} is not in the "
+                         f"lineage of the current version {parent}")
+    name = lineage[position]["method"]
+    counted = learned_manifests(learner.versions, parent)
+    learned = [p for m in counted if target["document_id"] not in m["documents"] for p in from_json(m["probes"])]
+    run = learner.prepare(parent, record, name, learned=learned)
+    if not any(target["document_id"] in m["documents"] for m in counted):
+        return learner.reject(run, f"document {target['document_id']} is no longer in version {parent}")
+    # The method's later versions whose documents still count (not removals, not removed ones).
+    later = [m for m in counted if m["version"] > lineage[position]["version"] and m["method"] == name
+             and not m.get("removes")]
+    earlier = resolve(learner.versions, lineage[position]["parent"] or 0).get(name)
+    learner.forget_loaded()  # the methods' state changes now; a rejection must not leave it loaded
+
+    def relearn() -> None:
+        for manifest in later:
+            own = from_json(manifest["probes"])  # the probes it was committed with, made ones included
+            for later_id in manifest["documents"]:
+                later_record = learner.documents.get(later_id)
+                learner.train(Run(later_record, parent, run.method, run.suites, run.before),
+                              learner.weigher.examples(later_record, own)[0], own, report_progress=False)
+
+    replayed = run.method.remove(lineage[position], later, learner.versions.load_delta, earlier, relearn)
+    run.fields.update(removes=target["document_id"], replayed=replayed)
+    # The target is marked (and erased) first, so a crash after the commit cannot let it be removed twice.
+    return learner.finish(run, probes=[],
+                          on_commit=lambda version: erase(learner.documents, target["document_id"], version))
+
+
+def erase(documents: DocumentStore, document_id: str, removed_in: int) -> None:
+    """A removed document keeps its id and what happened, not what it said. The version that learned it
+    keeps its delta and manifest (its probes): activating it needs an admin's force, and asking it by name
+    (ckl-vN) is refused. Its status stays committed: that is what happened to it."""
+    documents.update(document_id, removed_in_version=removed_in, text="", probes=[], auto_probes=[],
+                     top_weighted_tokens=[])

@@ -1,0 +1,36 @@
+"""What the learner's steps pass along: one document's run from one parent version, and a rejection to retry."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.scoring import Probe
+from core.training import UpdateMethod
+from workers import gate
+
+
+@dataclass
+class Run:
+    """One document's run from one parent version: what prepare found and what later steps add."""
+    record: dict[str, Any]
+    parent: int
+    method: UpdateMethod
+    suites: dict[str, list[Probe]]
+    before: gate.SuiteScores
+    timings: dict[str, float] = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)  # what the document record and manifest also get
+
+    @property
+    def doc_id(self) -> str:
+        return self.record["document_id"]
+
+    def rounded_timings(self) -> dict[str, float]:
+        return {k: round(v, 3) for k, v in self.timings.items()}
+
+
+class RetryAfterRejection(Exception):
+    """A first rejection that suggests a second try (workers/gate.py: retry_plan); not the queue's retries."""
+
+    def __init__(self, plan: gate.RetryPlan, first_gate: dict[str, Any], first_training: dict[str, Any] | None) -> None:
+        super().__init__(plan.why)
+        self.plan, self.first_gate, self.first_training = plan, first_gate, first_training

@@ -1,0 +1,81 @@
+"""The weigh step's work: a document's training examples under its token weighting, and probes made from its
+text with phi's weights for a document sent without any (workers/examples.py does the token-level work)."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from core.scoring import Probe
+from core.settings import Settings
+from core.training import Example, UpdateMethod
+from workers import examples
+from workers.train_attention.phi import TrainAttention, packaged_checkpoint
+
+log = logging.getLogger(__name__)
+
+TOP_WEIGHTED = 12
+
+
+class Weigher:
+    """Weighs documents for one learner: its model and tokenizer, its methods (`method` builds one by name),
+    and phi, loaded on first use."""
+
+    def __init__(self, settings: Settings, model, tokenizer, model_name: str,
+                 method: Callable[[str], UpdateMethod]) -> None:
+        self.settings = settings
+        self.model, self.tokenizer, self.model_name = model, tokenizer, model_name
+        self.method = method
+        self._train_attention: TrainAttention | None = None
+
+    def weighting(self, asked: str) -> str:
+        """train_attention falls back to uniform for a base model with no packaged phi (none configured)."""
+        if asked == "train_attention" and self.settings.train_attention_checkpoint is None \
+                and not packaged_checkpoint(self.model_name).with_suffix(".json").exists():
+            log.warning("no Train-Attention checkpoint for model %s: uniform weights", self.model_name)
+            return "uniform"
+        return asked
+
+    def phi(self) -> TrainAttention:
+        """phi for the served base model, loaded on first use (a mismatched checkpoint fails the document)."""
+        if self._train_attention is None:
+            path = self.settings.train_attention_checkpoint or packaged_checkpoint(self.model_name)
+            self._train_attention = TrainAttention.from_path(self.model, path)
+        return self._train_attention
+
+    def examples(self, record: dict[str, Any], own: list[Probe]) -> tuple[list[Example], list[dict[str, Any]]]:
+        """The document's examples weighted as the record asks (all-zero weights fall back to uniform), with the
+        extra contexts its method asks for, and the document's most-weighted tokens."""
+        doc = examples.encode(self.tokenizer, record["text"])
+        how = self.weighting(record.get("weighting") or self.settings.weighting)
+        phi = self.phi().weights if how == "train_attention" else None
+        answers = [p.answer for p in own]
+        method = self.method(record["method"])
+        weights = examples.token_weights(doc, how, answers, phi, self.settings.weight_threshold, method.weight_floor)
+        if not any(weights[1:]):
+            weights = examples.token_weights(doc, "uniform", [], None, 0.0)
+        made = examples.document_examples(doc, weights, self.settings.train_window_tokens,
+                                          self.tokenizer.bos_token_id, method.sentence_contexts)
+        if method.probe_contexts:
+            made += examples.probe_examples(self.tokenizer, [(p.prompt, p.answer) for p in own])
+        ranked = sorted(range(len(doc.ids)), key=lambda i: -weights[i])[:TOP_WEIGHTED]
+        top = [{"token": self.tokenizer.decode([doc.ids[i]]), "weight": round(weights[i], 4), "position": i}
+               for i in sorted(ranked) if weights[i] > 0]
+        return made, top
+
+    def auto_probes(self, record: dict[str, Any]) -> list[Probe] | None:
+        """For a document sent without probes: probes made from its text with phi's weights, those its method
+        can answer (a routed method: prompts that name the document's key). None when there is no phi to make
+        them with."""
+        if self.weighting("train_attention") != "train_attention":
+            return None
+        doc = examples.encode(self.tokenizer, record["text"])
+        method = self.method(record["method"])
+        made = examples.without_subject_answers(examples.auto_probes(doc, self.phi().weights(doc.ids)))
+        while True:  # the answers are left out of what a probe may be checked against: all of them
+            answers = [answer for _, answer in made]
+            kept = [(prompt, answer) for prompt, answer in made if method.can_serve(prompt, record["text"], answers)]
+            if kept == made:
+                break
+            made = kept
+        return [Probe(prompt, answer) for prompt, answer in made]
