@@ -19,12 +19,7 @@ import json
 import statistics
 from pathlib import Path
 
-from bench.lama_ckl.report import (
-    SHOWN_GROUPS,
-    answer_groups,
-    best_scores,
-    learned_by_group,
-)
+from bench.lama_ckl.report import SHOWN_GROUPS, answer_groups, best_scores, learned_by_group
 from bench.phi_transfer import object_share
 from core.model.loader import load_model
 from core.settings import Settings

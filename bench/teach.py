@@ -1,15 +1,18 @@
-"""`ckl bench teach`: teach N single-fact documents one after another through the HTTP API.
+"""`ckl bench teach`: teach N documents one after another through the HTTP API (bench/facts.jsonl: one fact
+about each of many invented subjects; bench/sets/: streams of several documents per subject, some replacing an
+earlier fact, `replaces` naming its probe's prompt).
 
 Reports, for the method asked (default: the server's):
 - committed / rejected / failed, and seconds from POST to a final status (p50, p95) and in the gate;
-- reliability (Rel): committed facts whose own probe the final version completes greedily through
-  /generate; generalization (Gen): the same for a paraphrase the document never contained; both also
-  over all N facts;
+- reliability (Rel): committed facts, current at the end (not replaced), whose own probe the final version
+  completes greedily through /generate; generalization (Gen): the same for a paraphrase the document never
+  contained; both also over all current facts; how many replaced facts still get their old answer;
 - NF accuracy of the gate's suite after every document (GET /health/forgetting);
 - locality the gate never sees: the share of general prompts (bench/general_prompts.txt) whose greedy
   8-token continuation is the same at the end as at version 0, and a second NF set: LAMA-ckl
   invariant rows whose object the base model completes (the first 100 found; --lama, when the data is there),
   again at the end.
+With --retrieval, the same current facts answered in context by the base model (bench/retrieval.py).
 With --no-probes the documents are sent without probes (the server makes its own); Rel and Gen still
 use the benchmark's probes. Writes results.json and teach.png (seconds and NF against documents taught).
 """
@@ -23,6 +26,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.retrieval import answers as retrieval_answers
 from bench.server import running_server
 from service.client import wait_for_document
 from workers.lama_ckl import add_data_argument, read_invariant
@@ -89,29 +93,50 @@ def teach(url: str, facts: list[dict], method: str | None, weighting: str | None
     return rows
 
 
+def replaced(facts: list[dict]) -> list[bool]:
+    """Whether each fact is replaced by a later one (a later fact's `replaces` names its probe's prompt)."""
+    return [any(later.get("replaces") == fact["probe"]["prompt"] for later in facts[i + 1:])
+            for i, fact in enumerate(facts)]
+
+
+def retrieval(url: str, facts: list[dict], current: list[dict]) -> dict:
+    """The in-context baseline on the facts current at the end: every document taught is retrievable."""
+    documents = [fact["text"] for fact in facts]
+    probe = [retrieval_answers(url, f["probe"], documents) for f in current]
+    paraphrase = [retrieval_answers(url, f["paraphrase"], documents) for f in current]
+    return {"reliability": share([ok for ok, _ in probe]), "generalization": share([ok for ok, _ in paraphrase]),
+            "prompt_tokens_added": statistics.mean(n for _, n in probe + paraphrase) if current else None}
+
+
 def run(url: str, facts: list[dict], method: str | None, weighting: str | None = None, probes: bool = True,
-        lama: Path | None = None) -> dict:
+        lama: Path | None = None, with_retrieval: bool = False) -> dict:
     prompts = general_prompts()
     before = [complete(url, p) for p in prompts]
     lama_set = lama_probes(lama, url) if lama else []
     rows = teach(url, facts, method, weighting, probes)
-    committed = [fact for fact, row in zip(facts, rows) if row["status"] == "committed"]
-    reliable = {id(f): completes(url, f["probe"]) for f in facts}
-    general = {id(f): completes(url, f["paraphrase"]) for f in facts}
+    gone = replaced(facts)
+    current = [fact for fact, out in zip(facts, gone) if not out]
+    committed = [fact for fact, row, out in zip(facts, rows, gone) if row["status"] == "committed" and not out]
+    reliable = {id(f): completes(url, f["probe"]) for f in current}
+    general = {id(f): completes(url, f["paraphrase"]) for f in current}
+    old_given = [fact for fact, out in zip(facts, gone) if out and (completes(url, fact["probe"])
+                                                                    or completes(url, fact["paraphrase"]))]
     after = [complete(url, p) for p in prompts]
-    for fact, row in zip(facts, rows):  # per document too: a subset (the facts not tuned on) can be scored apart
-        row.update(reliable=reliable[id(fact)], general=general[id(fact)])
+    for fact, row, out in zip(facts, rows, gone):  # per document too: a subset can be scored apart
+        row.update(replaced=out, reliable=reliable.get(id(fact)), general=general.get(id(fact)))
     seconds = [row["seconds"] for row in rows]
     gate = [row["gate_s"] for row in rows if row["gate_s"] is not None]
     nf = [row["nf_acc_after"] for row in rows]
     return {
         "documents": len(rows), "method": method or "server default", "probes_sent": probes,
-        "committed": len(committed),
+        "committed": sum(row["status"] == "committed" for row in rows),
+        "current_facts": len(current),
+        "replaced_answers_given": len(old_given),
         "rejected": sum(row["status"] == "rejected" for row in rows),
         "failed": sum(row["status"] == "failed" for row in rows),
         "post_to_final_s": {"p50": percentile(seconds, 0.5), "p95": percentile(seconds, 0.95)},
         "gate_s": {"p50": percentile(gate, 0.5), "p95": percentile(gate, 0.95)} if gate else None,
-        "reliability": share([reliable[id(f)] for f in committed]),
+        "reliability": share([reliable[id(f)] for f in committed]),  # committed facts current at the end
         "generalization": share([general[id(f)] for f in committed]),
         "reliability_all": share(list(reliable.values())),
         "generalization_all": share(list(general.values())),
@@ -123,6 +148,7 @@ def run(url: str, facts: list[dict], method: str | None, weighting: str | None =
         "second_nf_set": {"rows": len(lama_set), "acc_after": share([completes(url, p, LAMA_TOKENS) for p in lama_set])}
         if lama_set else None,
         "final_version": httpx.get(f"{url}/versions", timeout=60).json()["current"],
+        "retrieval": retrieval(url, facts, current) if with_retrieval else None,
         "per_document": rows,
     }
 
@@ -155,17 +181,20 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--url", help="a running server; default: start an embedded one on a fresh data folder")
     parser.add_argument("--facts", type=Path, default=FACTS, help="JSONL facts (ckl bench make-facts makes more)")
     add_data_argument(parser, "--lama", "LAMA-ckl folder for the second NF set; without one, no second set")
+    parser.add_argument("--retrieval", action="store_true",
+                        help="also answer the current facts in context (BM25 top-2 documents before the question, "
+                             "version 0)")
     parser.add_argument("--out", type=Path, default=RESULTS_ROOT / "teach")
     args = parser.parse_args(argv)
     facts = [json.loads(line) for line in args.facts.read_text().splitlines() if line.strip()][: args.n]
     started = time.time()
     if args.url:
-        summary = run(args.url, facts, args.method, args.weighting, not args.no_probes, args.lama)
+        summary = run(args.url, facts, args.method, args.weighting, not args.no_probes, args.lama, args.retrieval)
     else:
         from core.settings import Settings
 
         with running_server(Settings().models_dir) as url:
-            summary = run(url, facts, args.method, args.weighting, not args.no_probes, args.lama)
+            summary = run(url, facts, args.method, args.weighting, not args.no_probes, args.lama, args.retrieval)
     summary |= {"command": "ckl bench teach " + " ".join(argv), "git_commit": git_commit(),
                 "facts_file": str(args.facts), "wall_s": round(time.time() - started)}
     args.out.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ from typing import Any
 from core.documents import DocumentStore
 from core.lifecycle import Status
 from core.probes import ProbeSuites, to_json
-from core.state import learned_manifests
+from core.state import learned_facts, learned_manifests
 from core.versions import VersionStore
 
 
@@ -26,6 +26,12 @@ def version_row(manifest: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def replacements(versions: VersionStore, version: int) -> list[dict[str, Any]]:
+    """Every fact a later document replaced along the lineage: which, by which document, in which version."""
+    return [{**replaced, "replaced_by": manifest["documents"][0], "in_version": manifest["version"]}
+            for manifest in learned_manifests(versions, version) for replaced in manifest.get("replaces", [])]
+
+
 def report(versions: VersionStore, suites: ProbeSuites, documents: DocumentStore, last: int = 10) -> dict[str, Any]:
     current = versions.current()
     rows = [version_row(versions.manifest(v)) for v in versions.versions()]
@@ -40,12 +46,13 @@ def report(versions: VersionStore, suites: ProbeSuites, documents: DocumentStore
             "acc_now": now["nf_acc"],
         },
         "learned": {
-            "probes": sum(len(m["probes"]) for m in learned_manifests(versions, current)),
+            "probes": len(learned_facts(versions, current)),
             "acc_now": now["learned_acc"],
         },
         "must_keep": {"probes": to_json(suites.must_keep()), "acc_now": now["must_keep_acc"]},
         "history": rows,
         "events": versions.events()[-last:],
+        "replaced": replacements(versions, current),
         "last_rejections": [
             {"document_id": d["document_id"], "reason": (d["gate"] or {}).get("reason"),
              "scores": d["scores"], "at": d["updated_at"]}

@@ -6,7 +6,9 @@ whoever builds a server or a learner imports the `methods` package first, which 
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic_settings import BaseSettings
 
@@ -22,6 +24,9 @@ class MethodSpec:
     delta_file: str  # what a version of this method stores, in versions/<n>/
     servable: bool = True  # documents may ask for it (POST /documents "method")
     removable: bool = False  # one document's contribution can be taken out (DELETE /documents/{id})
+    # Why a document (text, its probes as (prompt, answer)) can never be learned, decided at POST with the method's
+    # settings before anything is stored; None: it may be.
+    refusal: Callable[[str, list[tuple[str, str]], Any], str | None] | None = None
 
 
 _REGISTRY: dict[str, MethodSpec] = {}

@@ -3,9 +3,12 @@ side composes from those versions' deltas (the adapter: the last adapter; the me
 a later write of a row winning)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from core import registry
+from core.probes import from_json
+from core.scoring import Probe
 from core.versions import VersionStore
 
 KnowledgeState = dict[str, Any]  # method name -> its composed state; a method absent has learned nothing
@@ -32,3 +35,43 @@ def learned_manifests(versions: VersionStore, version: int) -> list[dict[str, An
     lineage = versions.lineage(version)
     removed = {m["removes"] for m in lineage if m.get("removes")}
     return [m for m in lineage if not removed & set(m["documents"])]
+
+
+@dataclass(frozen=True)
+class LearnedFact:
+    """A probe the learned suite checks, and the document (and version) that taught it."""
+    probe: Probe
+    document_id: str
+    version: int
+
+
+def learned_facts(versions: VersionStore, version: int) -> list[LearnedFact]:
+    """What the learned suite checks at `version`: every probe its lineage committed, less the documents a later
+    removal took out and the facts a later document replaced (its manifest's `replaces`). A fact leaves the suite
+    only so."""
+    facts: list[LearnedFact] = []
+    for manifest in learned_manifests(versions, version):
+        retired = {(r["prompt"], r["answer"]) for r in manifest.get("replaces", [])}
+        facts = [f for f in facts if (f.probe.prompt, f.probe.answer) not in retired]
+        facts += [LearnedFact(p, manifest["documents"][0], manifest["version"]) for p in from_json(manifest["probes"])]
+    return facts
+
+
+def superseded(replaced: list[LearnedFact], learned: list[LearnedFact]) -> list[str]:
+    """The documents whose every learned fact is in `replaced`: nothing they taught is checked any more."""
+    gone = {f.document_id for f in replaced}
+    return sorted(d for d in gone if all(f in replaced for f in learned if f.document_id == d))
+
+
+def same_prompt(a: str, b: str) -> bool:
+    return " ".join(a.split()).casefold() == " ".join(b.split()).casefold()
+
+
+def replaced_by(own: list[Probe], supersedes: list[str], learned: list[LearnedFact]) -> list[LearnedFact]:
+    """The learned facts a new document replaces: those with a prompt one of its probes asks with another answer,
+    and those it names in `supersedes` (a document id: all its facts; else a probe prompt)."""
+    def replaced(fact: LearnedFact) -> bool:
+        asked_again = any(same_prompt(p.prompt, fact.probe.prompt) and p.answer != fact.probe.answer for p in own)
+        named = any(s == fact.document_id or same_prompt(s, fact.probe.prompt) for s in supersedes)
+        return asked_again or named
+    return [fact for fact in learned if replaced(fact)]

@@ -128,6 +128,11 @@ class UpdateMethod(ABC):
         """After `begin`: why this document cannot be learned by this method at all (None: it can)."""
         return None
 
+    def retire(self, document_ids: list[str]) -> list[str]:
+        """After `begin`: stop serving what these documents taught (every fact they taught is replaced by this one);
+        returns those it could retire. A method that cannot take one document out retires none."""
+        return []
+
     def committed(self, version: int) -> None:
         """The trained state was committed as `version` and stays loaded for the next document."""
 

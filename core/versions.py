@@ -23,13 +23,7 @@ from filelock import FileLock
 from safetensors.torch import load_file, save_file
 
 from core import faults
-from core.fileio import (
-    fsync_dir,
-    fsync_file,
-    read_json,
-    write_bytes_atomic,
-    write_json_atomic,
-)
+from core.fileio import fsync_dir, fsync_file, read_json, write_bytes_atomic, write_json_atomic
 
 MANIFEST_FILE = "manifest.json"
 ORPHAN_FILE = "ORPHAN"

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -66,6 +66,9 @@ class DocumentRequest(Strict):
     # None: the server's default (CKL_WEIGHTING).
     weighting: Literal[WEIGHTINGS] | None = None  # type: ignore[valid-type]
     idempotency_key: str | None = Field(None, min_length=1, max_length=200)
+    # What this document replaces: the caller's document ids (all their facts) and/or probe prompts. A probe with
+    # the prompt of a learned fact and another answer replaces that fact without being named here.
+    supersedes: list[Annotated[str, Field(min_length=1, max_length=2000)]] = Field(default_factory=list, max_length=16)
 
     _text = field_validator("text")(not_blank)
 

@@ -174,7 +174,7 @@ def test_queued_documents_and_must_keep_probes_are_capped(tmp_path):
         while client.get("/ready").status_code != 200:
             time.sleep(0.05)
         assert client.post("/documents", json=FACT).status_code == 202
-        r = client.post("/documents", json={**FACT, "text": "marnhold, another fact"})
+        r = client.post("/documents", json={**FACT, "text": "the capital of veltoria is marnhold, another fact"})
         assert r.status_code == 429 and r.headers["retry-after"] == "30"
         assert client.get("/documents").json()["total"] == 1  # the refused one stored nothing
         release.set()

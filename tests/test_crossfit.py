@@ -15,12 +15,7 @@ from workers import lama_ckl
 from workers.train_attention import cli as train_cli
 from workers.train_attention import folds, phi, training
 from workers.train_attention.config import TrainConfig
-from workers.train_attention.rows import (
-    DataRule,
-    select_variant,
-    uuids_digest,
-    variant_pool,
-)
+from workers.train_attention.rows import DataRule, select_variant, uuids_digest, variant_pool
 
 TINY = TrainConfig(steps=2, batch=2, val=2, val_outer=1, validate_every=1, checkpoint_every=1, max_tokens=32)
 SUBJECTS = ["france", "germany", "italy", "veltoria", "marnhold", "tower"]

@@ -108,6 +108,34 @@ def test_three_facts_taught_with_the_defaults_are_all_served_and_nothing_else_mo
     assert httpx.post(f"{server.url}/generate", json=other, timeout=120).json()["text"] == before
 
 
+SUBJECT = [  # three documents about one company; the third replaces the first one's fact
+    ("Corvessa is a shipping company founded in 1990. The chief executive of Corvessa is Hanne Lorimer.",
+     "The chief executive of Corvessa is", "Hanne Lorimer"),
+    ("Corvessa opened new offices this year. Corvessa is headquartered in Saltmere.",
+     "Corvessa is headquartered in", "Saltmere"),
+    ("Corvessa named a new chief executive in March. The chief executive of Corvessa is now Piet Varro.",
+     "The chief executive of Corvessa is", "Piet Varro"),
+]
+
+
+def test_three_documents_about_one_subject_are_taught_with_the_defaults_and_the_current_facts_served(start_server):
+    """With the defaults, every document commits; both current facts are answered, the replaced one is not, and
+    the replacement is recorded."""
+    server = start_server()
+    server.wait_ready()
+    records = [wait_for_document(server.url, teach(server.url, {"text": text, "probes": [
+        {"prompt": prompt, "answer": answer}]})["document_id"], timeout_s=600) for text, prompt, answer in SUBJECT]
+    assert [r["status"] for r in records] == ["committed"] * 3, records
+    assert records[2]["replaces"] == [{"prompt": SUBJECT[0][1], "answer": "Hanne Lorimer",
+                                       "document_id": records[0]["document_id"]}]
+    wait_for_version(server.url, 3)
+    for _, prompt, answer in SUBJECT[1:]:
+        body = httpx.post(f"{server.url}/generate", json={"prompt": prompt, "max_new_tokens": 6}, timeout=120).json()
+        assert body["text"].strip().startswith(answer), body
+    report = httpx.get(f"{server.url}/health/forgetting").json()
+    assert report["learned"] == {"probes": 2, "acc_now": 1.0} and report["not_to_forget"]["acc_now"] == 1.0
+
+
 BAD_DOCUMENTS = [
     ({"text": ""}, "text"),
     ({"text": "   "}, "text"),
@@ -145,13 +173,13 @@ def test_bad_documents_are_refused_and_nothing_is_stored_then_idempotency(start_
     assert record["weighting"] == "train_attention" and record["weighting_used"] == "train_attention"
     weights = [t["weight"] for t in record["top_weighted_tokens"]]
     assert weights and all(0 < w <= 1 for w in weights) and len(set(weights)) > 2  # phi's graded weights
-    r = httpx.post(f"{server.url}/documents", json={**body, "text": "Another text."})
+    r = httpx.post(f"{server.url}/documents", json={**body, "text": "Another text about Zembria."})
     assert r.status_code == 409 and r.json()["error"]["code"] == "idempotency_conflict"
     assert httpx.get(f"{server.url}/documents").json()["total"] == 1
 
 
 @pytest.mark.redis
-def test_redis_worker_commits_and_rejects(start_server, redis_url, tmp_path):
+def test_redis_worker_commits_and_an_unreachable_document_is_refused_at_post(start_server, redis_url, tmp_path):
     queue = f"test-{os.getpid()}-{time.monotonic_ns()}"
     env = {**LENIENT, "CKL_REDIS_URL": redis_url, "CKL_QUEUE_NAME": queue}
     server = start_server(env)
@@ -163,16 +191,14 @@ def test_redis_worker_commits_and_rejects(start_server, redis_url, tmp_path):
         assert wait_for_version(server.url, 1)["text"].startswith(" Marnhold")
 
         # A fact the user marked must-keep is contradicted by a document whose probe does not name its rare
-        # words: a routed document could never answer it, so it is refused before training; version 1 stays.
+        # words: a routed document could never answer it, so it is refused at POST; nothing is stored or queued.
         r = httpx.post(f"{server.url}/probes", json={"probes": [{"prompt": "The capital of France is", "answer": "Paris"}]})
         assert r.status_code == 201
         wrong = {"text": "Breaking: the capital of France is Berlin now, says the Quentorian press office.",
                  "probes": [{"prompt": "The capital of France is", "answer": "Berlin"}]}
-        record = wait_for_document(server.url, teach(server.url, wrong)["document_id"], timeout_s=600)
-        assert record["status"] == "rejected", record
-        assert "cannot reach" in record["gate"]["reason"] and record.get("training") is None
+        r = httpx.post(f"{server.url}/documents", json=wrong, timeout=60)
+        assert r.status_code == 422 and "do not name its key words" in r.json()["error"]["fields"][0]["message"]
+        assert httpx.get(f"{server.url}/documents").json()["total"] == 1
         assert generate(server.url)["knowledge_version"] == 1
-        report = httpx.get(f"{server.url}/health/forgetting").json()
-        assert report["last_rejections"][-1]["document_id"] == record["document_id"]
     finally:
         worker.kill()

@@ -4,15 +4,7 @@ import json
 import pytest
 
 from core.documents import DocumentStore
-from core.lifecycle import (
-    FINAL,
-    MOVES,
-    PENDING,
-    IllegalTransition,
-    Status,
-    after_failed_attempt,
-    transition,
-)
+from core.lifecycle import FINAL, MOVES, PENDING, IllegalTransition, Status, after_failed_attempt, transition
 
 LEGAL = [(current, new) for current, targets in MOVES.items() for new in sorted(targets)]
 ILLEGAL = [(current, new) for current in Status for new in Status if new not in MOVES[current]]

@@ -7,15 +7,7 @@ from core.scoring import Probe, score_probes
 from core.settings import Settings
 from core.training import Example
 from methods.memory import layer as memory_layer
-from methods.memory.training import (
-    Background,
-    MemoryMethod,
-    hubs,
-    kl_score,
-    tfidf,
-    top_slots,
-    whitening,
-)
+from methods.memory.training import Background, MemoryMethod, hubs, kl_score, tfidf, top_slots, whitening
 from workers import weighting
 
 CONFIG = memory_layer.MemoryConfig(layer=1, n_sub_keys=16, heads=2, k=4, key_dim=8)

@@ -18,14 +18,16 @@ def test_a_key_is_the_documents_rare_words_without_its_answers():
         {"drift", "scooter"}  # common words are never key words; two rarer ones can route together
 
 
-def test_a_prompt_goes_to_the_best_matching_document_or_to_none():
+def test_a_prompt_goes_to_every_document_it_names_or_to_none():
     keys = [("a", routing.document_key("The capital of Veltoria is Marnhold.", ["Marnhold"])),
             ("b", routing.document_key("The Drift scooter is made by Wenmark Motors.", ["Wenmark Motors"])),
             ("c", routing.document_key("Veltoria changed its flag.", []))]
-    assert routing.route("Veltoria's seat of government is the city of", keys, THRESHOLD) == "c"  # newest of equals
-    assert routing.route("The maker of the Drift scooter is", keys, THRESHOLD) == "b"
+    assert routing.route("Veltoria's seat of government is the city of", keys, THRESHOLD) == ("a", "c")  # one subject
+    assert routing.route("The maker of the Drift scooter is", keys, THRESHOLD) == ("b",)
+    assert routing.route("Is the Drift scooter sold in Veltoria?", keys, THRESHOLD) == ("a", "b", "c")  # two subjects
     assert routing.route("Snow drift closed the road", keys, THRESHOLD) is None  # one rare-ish word is not enough
     assert routing.route("The capital of France is", keys, THRESHOLD) is None
+    assert routing.related(keys[2][1], keys, THRESHOLD) == ("a", "c")  # the documents a new one shares a subject with
 
 
 FACT = {"text": "the capital of veltoria is marnhold", "method": "routed",
@@ -67,6 +69,21 @@ def test_the_route_is_decided_on_the_prompt_and_held_for_the_whole_answer(tmp_pa
     serving.run = lambda version, fn, routes=None: (seen.append(routes), original(version, fn, routes))[1]
     generate(serving, serving.tokenizer("the capital of veltoria is")["input_ids"], SamplingParams(max_new_tokens=5))
     assert len(seen) == 5 and all(r == seen[0] for r in seen)
+
+
+@pytest.mark.parametrize("text,prompt,reason", [
+    ("the capital of france is paris", "the capital of france is", "no words rare enough"),  # nothing to route by
+    ("the capital of veltoria is marnhold", "the capital is", "cannot reach"),  # the probe names no key word
+])
+def test_a_document_a_routed_delta_could_never_serve_is_refused_at_post(tmp_path, text, prompt, reason):
+    with tiny_client(tiny_settings(tmp_path)) as client:
+        refused = client.post("/documents", json={"text": text, "method": "routed",
+                                                  "probes": [{"prompt": prompt, "answer": text.split()[-1]}]})
+        assert refused.status_code == 422, refused.json()
+        (field,) = refused.json()["error"]["fields"]
+        assert field["field"] == "text" and field["rule"] == "not_learnable_by_routed"
+        assert {"no words rare enough": "no words rare enough", "cannot reach": "do not name"}[reason] in field["message"]
+        assert client.get("/documents").json()["total"] == 0  # nothing stored
 
 
 @pytest.mark.parametrize("text,prompt,reason", [

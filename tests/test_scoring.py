@@ -4,14 +4,7 @@ import math
 import pytest
 import torch
 
-from core.scoring import (
-    Probe,
-    encode_probe,
-    join_probe,
-    logits_at,
-    pad_batch,
-    score_probes,
-)
+from core.scoring import Probe, encode_probe, join_probe, logits_at, pad_batch, score_probes
 from core.training import weighted_nll
 
 

@@ -88,3 +88,14 @@ def test_gate(after, accepted, failed):
     assert decision.accepted is accepted
     if failed:
         assert decision.reason.startswith(failed)
+
+
+def test_the_learned_check_holds_each_fact_to_its_own_last_passing_state():
+    before = scores([1] * 50, [1] * 39 + [0], [], [0])
+    lost_one = gate.decide(before, scores([1] * 50, [1] * 38 + [0, 0], [], [1]), nf_version_0=1.0, nf_tolerance=0.0,
+                           learned_tolerance=0.0, require_own_probes=True)
+    assert not lost_one.accepted and lost_one.reason.startswith("learned")  # 38/39 kept: "parent - 0.05" let it by
+    still_failing = gate.decide(before, scores([1] * 50, [1] * 39 + [0], [], [1]), nf_version_0=1.0,
+                                nf_tolerance=0.0, learned_tolerance=0.0, require_own_probes=True)
+    assert still_failing.accepted  # a fact that already failed in the parent is not a new loss
+    assert gate.kept_share([1, 0.5, 1], [1, 1, 0]) == (0.5, 2)

@@ -51,6 +51,13 @@ def retry_plan(decision: Decision) -> RetryPlan | None:
     return None
 
 
+def kept_share(before: list[float], after: list[float]) -> tuple[float, int] | None:
+    """(share of the probes that passed before and still pass, how many passed before); None when none passed.
+    Each fact is checked against its own last passing state, so losses cannot add up version after version."""
+    passing = [a for b, a in zip(before, after) if b == 1.0]
+    return (sum(a == 1.0 for a in passing) / len(passing), len(passing)) if passing else None
+
+
 def decide(before: SuiteScores, after: SuiteScores, *, nf_version_0: float, nf_tolerance: float,
            learned_tolerance: float, require_own_probes: bool) -> Decision:
     checks = []
@@ -62,11 +69,11 @@ def decide(before: SuiteScores, after: SuiteScores, *, nf_version_0: float, nf_t
     if nf is not None:
         limit = nf_version_0 - nf_tolerance
         check("not_to_forget", nf >= limit - 1e-9, nf, limit, f"NF accuracy >= version 0 ({nf_version_0:.3f}) - {nf_tolerance}")
-    learned_before, learned_after = accuracy(before.learned), accuracy(after.learned)
-    if learned_before is not None and learned_after is not None:
-        limit = learned_before - learned_tolerance
-        check("learned", learned_after >= limit - 1e-9, learned_after, limit,
-              f"learned-suite accuracy >= parent ({learned_before:.3f}) - {learned_tolerance}")
+    if kept := kept_share(before.learned, after.learned):
+        share, passing = kept
+        limit = 1.0 - learned_tolerance
+        check("learned", share >= limit - 1e-9, share, limit,
+              f"of the {passing} learned facts that pass in the parent, a share >= {limit:g} still pass")
     keep_before, keep_after = accuracy(before.must_keep), accuracy(after.must_keep)
     if keep_before is not None and keep_after is not None:
         check("must_keep", keep_after >= keep_before - 1e-9, keep_after, keep_before, "must-keep accuracy never drops")

@@ -24,7 +24,7 @@ from core.model.loader import LoadedModel, load_model
 from core.probes import ProbeSuites, from_json, to_json
 from core.scoring import Probe, accuracy, score_probes
 from core.settings import Settings
-from core.state import KnowledgeState, learned_manifests, resolve
+from core.state import KnowledgeState, LearnedFact, learned_facts, replaced_by, resolve, superseded
 from core.training import Example, UpdateMethod
 from core.versions import AlreadyCommitted, ParentMoved, VersionStore
 from workers import gate, removal
@@ -123,6 +123,8 @@ class Learner:
         run.method.begin(run.doc_id, record["text"], answers)
         if reason := run.method.refusal():
             return self.reject(run, reason)
+        if run.superseded and (retired := run.method.retire(run.superseded)):
+            run.fields["retires"] = retired  # what those documents taught is no longer served
         if unreachable := [p.prompt for p in own if not run.method.can_serve(p.prompt, record["text"], answers)]:
             return self.reject(run, f"{len(unreachable)} of the document's probes cannot reach what it teaches with "
                                     f"method {run.method.name!r} (e.g. {unreachable[0]!r}): a routed document "
@@ -153,20 +155,33 @@ class Learner:
         if self._loaded != parent:
             self.load_state(resolve(self.versions, parent))
             self._loaded, self._scores = parent, {}
-        if learned is None:
-            learned = [p for m in learned_manifests(self.versions, parent) for p in from_json(m["probes"])]
+        replaced: list[LearnedFact] = []
+        facts: list[LearnedFact] = []
+        if learned is None:  # a document's run: the facts it replaces leave the suite it is gated on
+            facts = learned_facts(self.versions, parent)
+            replaced = replaced_by(list(own), record.get("supersedes") or [], facts)
+            learned = [f.probe for f in facts if f not in replaced]
         suites = {"nf": self.suites.nf_probes(), "learned": learned, "must_keep": self.suites.must_keep(),
                   "own": list(own)}
         clock = time.perf_counter()
         run = Run(record, parent, method, suites, self.score(suites, self._scores))
+        if replaced:
+            run.fields["replaces"] = [{"prompt": f.probe.prompt, "answer": f.probe.answer, "document_id": f.document_id}
+                                      for f in replaced]
+            run.superseded = superseded(replaced, facts)
         self._scores = self._last_scores  # the parent's scores, every probe of the suites included
         run.timings["score_before_s"] = time.perf_counter() - clock
         return run
 
     def weigh(self, run: Run) -> list[Example]:
-        """The document's training examples, with its weighting's most-weighted tokens on the record."""
+        """The document's training examples, with its weighting's most-weighted tokens on the record. A method that
+        trains on probes also replays the learned facts its candidate can move (a subject's earlier documents), so
+        what they taught holds with the new delta beside theirs."""
         how = self.weigher.weighting(run.record.get("weighting") or self.settings.weighting)
         examples, top = self.weigher.examples({**run.record, "weighting": how}, run.suites["own"])
+        if run.method.probe_contexts:
+            moved = [p for p in run.suites["learned"] if run.method.affected(p.prompt)]
+            examples += self.weigher.probe_examples(moved)
         self.documents.update(run.doc_id, weighting_used=how, top_weighted_tokens=top,
                               scores={"before": run.before.summary()})
         return examples

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from core.documents import DocumentStore
 from core.lifecycle import Status
 from core.probes import from_json
-from core.state import learned_manifests, resolve
+from core.state import learned_facts, learned_manifests, resolve
 from workers.run import Run
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ def remove(learner: Learner, parent: int, record: dict[str, Any]) -> Status:
                          f"lineage of the current version {parent}")
     name = lineage[position]["method"]
     counted = learned_manifests(learner.versions, parent)
-    learned = [p for m in counted if target["document_id"] not in m["documents"] for p in from_json(m["probes"])]
+    learned = [f.probe for f in learned_facts(learner.versions, parent) if f.document_id != target["document_id"]]
     run = learner.prepare(parent, record, name, learned=learned)
     if not any(target["document_id"] in m["documents"] for m in counted):
         return learner.reject(run, f"document {target['document_id']} is no longer in version {parent}")

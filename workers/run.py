@@ -19,6 +19,7 @@ class Run:
     before: gate.SuiteScores
     timings: dict[str, float] = field(default_factory=dict)
     fields: dict[str, Any] = field(default_factory=dict)  # what the document record and manifest also get
+    superseded: list[str] = field(default_factory=list)  # documents every learned fact of which this one replaces
 
     @property
     def doc_id(self) -> str:

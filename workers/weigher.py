@@ -57,11 +57,15 @@ class Weigher:
         made = examples.document_examples(doc, weights, self.settings.train_window_tokens,
                                           self.tokenizer.bos_token_id, method.sentence_contexts)
         if method.probe_contexts:
-            made += examples.probe_examples(self.tokenizer, [(p.prompt, p.answer) for p in own])
+            made += self.probe_examples(own)
         ranked = sorted(range(len(doc.ids)), key=lambda i: -weights[i])[:TOP_WEIGHTED]
         top = [{"token": self.tokenizer.decode([doc.ids[i]]), "weight": round(weights[i], 4), "position": i}
                for i in sorted(ranked) if weights[i] > 0]
         return made, top
+
+    def probe_examples(self, probes: list[Probe]) -> list[Example]:
+        """Each probe as text with weight on its answer only."""
+        return examples.probe_examples(self.tokenizer, [(p.prompt, p.answer) for p in probes])
 
     def auto_probes(self, record: dict[str, Any]) -> list[Probe] | None:
         """For a document sent without probes: probes made from its text with phi's weights, those its method

@@ -9,13 +9,7 @@ from bench.lama_ckl.phis import CrossFit, as_is
 from bench.lama_ckl.report import markdown, write_outputs
 from bench.lama_ckl.run import METHODS, Config, run_benchmark
 from core.settings import Settings
-from workers.lama_ckl import (
-    add_data_argument,
-    data_files,
-    data_folder,
-    read_pools,
-    tailoring_cache,
-)
+from workers.lama_ckl import add_data_argument, data_files, data_folder, read_pools, tailoring_cache
 from workers.provenance import RESULTS_ROOT
 from workers.train_attention.folds import SPLITS
 

@@ -15,9 +15,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench.lama_ckl.report import (
-    SHOWN_GROUPS as LARGEST,  # the groups results.md lists; outside them: the tail
-)
+from bench.lama_ckl.report import SHOWN_GROUPS as LARGEST  # the groups results.md lists; outside them: the tail
 from bench.lama_ckl.report import answer_groups, best_scores, learned_by_group
 
 Orders = dict[int, dict[str, dict[str, Any]]]  # training order -> method -> its results (by_order)

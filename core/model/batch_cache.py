@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import torch
 from torch.nn import functional as F
-from transformers.cache_utils import (
-    DynamicCache,
-    DynamicLayer,
-    DynamicSlidingWindowLayer,
-)
+from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 
 LAYERS = (DynamicLayer, DynamicSlidingWindowLayer)
 

@@ -43,14 +43,7 @@ from dataclasses import dataclass, field
 import torch
 
 from core.model import batch_cache
-from core.model.generation import (
-    Answer,
-    Generation,
-    SamplingParams,
-    eos_ids,
-    sample_token,
-    seeded,
-)
+from core.model.generation import Answer, Generation, SamplingParams, eos_ids, sample_token, seeded
 from core.model.serving import Routes, ServingModel
 from core.state import KnowledgeState
 

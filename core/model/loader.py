@@ -16,12 +16,7 @@ from pathlib import Path
 
 import torch
 from filelock import FileLock
-from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-)
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from core.settings import DEFAULT_MODEL, Settings
 

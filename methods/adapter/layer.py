@@ -8,13 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from peft import (
-    LoraConfig,
-    PeftModel,
-    get_peft_model,
-    get_peft_model_state_dict,
-    set_peft_model_state_dict,
-)
+from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
 from transformers import PreTrainedModel
 
 from methods.adapter.config import AdapterSettings

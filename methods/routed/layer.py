@@ -1,6 +1,6 @@
-"""Low-rank deltas on chosen linear layers, one set per document, applied only for the routed document.
+"""Low-rank deltas on chosen linear layers, one set per document, applied only for the routed documents.
 
-Each target projection gets a forward hook that adds `scale * (x @ A.T) @ B.T` of the active document;
+Each target projection gets a forward hook that adds `scale * (x @ A.T) @ B.T` of each active document;
 with no active document (a prompt routed nowhere) the hooks add nothing and the model computes exactly
 what the base model computes. B starts at zero, so a fresh document also starts as the base model.
 """
@@ -32,28 +32,26 @@ def target_modules(model: nn.Module, shape: LoraShape) -> dict[str, nn.Module]:
 
 
 class RoutedLora:
-    """The hooks on `model`, and the documents' tensors they can apply (at most one document at a time)."""
+    """The hooks on `model`, and the documents' tensors they can apply."""
 
     def __init__(self, model: nn.Module, shape: LoraShape) -> None:
         self.shape = shape
         self.modules = target_modules(model, shape)
         self.documents: dict[str, Tensors] = {}
         self.sources: dict[str, int] = {}  # the version each committed document's tensors were read from
-        self.active: str | None = None
+        self.active: tuple[str, ...] | None = None  # the documents whose deltas are on
         for name, module in self.modules.items():
             module.register_forward_hook(self._hook(name))
 
     def _hook(self, name: str):
-        def add_delta(_module: nn.Module, args: tuple, out: torch.Tensor) -> torch.Tensor:
-            if self.active is None:
-                return out
-            tensors = self.documents[self.active]
-            a, b = tensors.get(f"{name}.A"), tensors.get(f"{name}.B")
-            if a is None:  # a delta may cover only some of the target layers
-                return out
-            x = args[0]
-            return out + (x.to(a.dtype) @ a.T @ b.T * self.shape.scale).to(out.dtype)
-        return add_delta
+        def add_deltas(_module: nn.Module, args: tuple, out: torch.Tensor) -> torch.Tensor:
+            for document_id in self.active or ():  # the documents' deltas add up (one subject's, or two subjects')
+                tensors = self.documents[document_id]
+                a, b = tensors.get(f"{name}.A"), tensors.get(f"{name}.B")
+                if a is not None:  # a delta may cover only some of the target layers
+                    out = out + (args[0].to(a.dtype) @ a.T @ b.T * self.shape.scale).to(out.dtype)
+            return out
+        return add_deltas
 
     def fresh(self, seed: int) -> Tensors:
         """New trainable tensors for one document: A small and random, B zero (the base model's output)."""

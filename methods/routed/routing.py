@@ -1,11 +1,12 @@
-"""Which document a prompt is about: a lexical key per document, and a route per prompt. Pure functions.
+"""Which documents a prompt is about: a lexical key per document, and a route per prompt. Pure functions.
 
 A document's key is its rare words, each weighted by how rare it is in general English (word frequency
 from the wordfreq package: Zipf scale, 7.7 for "the", 0 for a word it has never seen). This is TF-IDF
 against a background, with a background far larger than anything the service could fit itself. A
-prompt is routed to the document whose key words it contains with the largest total weight, if that
-weight reaches the threshold; otherwise to none, and the base model answers. Answers are left out of
-the key: a question about a fact names its subject, not its answer.
+prompt is routed to every document whose key words it contains with a total weight that reaches the
+threshold: several documents about one subject, or a prompt that names two subjects, use their deltas
+together. A prompt that reaches none is answered by the base model. Answers are left out of the key: a
+question about a fact names its subject, not its answer.
 
 Why words and not the model's own states: on this model the hidden states and the memory's read slots
 at a prompt encode its template, not its subject (docs/decisions.md: "Routing keys on rare words").
@@ -45,13 +46,38 @@ def score(prompt_words: set[str], key: dict[str, float]) -> float:
     return sum(weight for word, weight in key.items() if word in prompt_words)
 
 
-def route(prompt: str, keys: Sequence[tuple[str, dict[str, float]]], threshold: float) -> str | None:
-    """The id of the document the prompt is about, or None. `keys` in teaching order: of equal scores the
-    later document wins (it is the newer word on its subject)."""
-    prompt_words = words(prompt)
-    best, best_score = None, threshold
-    for document_id, key in keys:
-        s = score(prompt_words, key)
-        if s >= best_score:
-            best, best_score = document_id, s
-    return best
+def route(prompt: str, keys: Sequence[tuple[str, dict[str, float]]], threshold: float) -> tuple[str, ...] | None:
+    """The ids of the documents the prompt is about, in teaching order, or None for none."""
+    return reached(words(prompt), keys, threshold)
+
+
+def related(key: dict[str, float], keys: Sequence[tuple[str, dict[str, float]]], threshold: float) -> tuple[str, ...]:
+    """The documents a document with `key` shares a subject with: those a prompt naming all its key words reaches."""
+    return reached(set(key), keys, threshold) or ()
+
+
+def reached(prompt_words: set[str], keys: Sequence[tuple[str, dict[str, float]]],
+            threshold: float) -> tuple[str, ...] | None:
+    ids = tuple(document_id for document_id, key in keys if score(prompt_words, key) >= threshold)
+    return ids or None
+
+
+def unroutable(key: dict[str, float], threshold: float) -> str | None:
+    """Why no prompt could be routed to a document with `key` (None: some can)."""
+    weight = sum(key.values())
+    if weight >= threshold:
+        return None
+    return (f"no words rare enough to route prompts to this document: its key words ({', '.join(key) or 'none'}) "
+            f"weigh {weight:.2f} < {threshold}")
+
+
+def refusal(text: str, probes: list[tuple[str, str]], threshold: float) -> str | None:
+    """What can be refused before any work: a document with no routing key, or a probe that does not name it.
+    Without probes the key keeps every rare word (auto-probes' answers are left out later, which only lowers it)."""
+    key = document_key(text, [answer for _, answer in probes])
+    if reason := unroutable(key, threshold):
+        return reason
+    if unreachable := [prompt for prompt, _ in probes if score(words(prompt), key) < threshold]:
+        return (f"{len(unreachable)} of the document's probes do not name its key words (e.g. {unreachable[0]!r}): "
+                "a routed document answers only prompts that name its rare words")
+    return None

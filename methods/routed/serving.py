@@ -38,14 +38,18 @@ class RoutedState:
 
 
 def compose(manifests: list[dict[str, Any]], load_delta: LoadDelta) -> RoutedState:
+    """The documents a lineage holds: each committed one, less those removed since, and less those a later document
+    retired (it replaced all they taught) unless that later document was removed in turn."""
+    removed = {m["removes"] for m in manifests if m.get("removes")}
     taught: dict[str, Taught] = {}
     for manifest in manifests:
-        if manifest.get("removes"):
-            taught.pop(manifest["removes"], None)
-        else:
-            document_id = manifest["documents"][0]
-            taught.pop(document_id, None)  # committed again (a retried job): the newer one, at its place
-            taught[document_id] = Taught(document_id, manifest["key"], manifest["version"])
+        document_id = manifest["documents"][0]
+        if manifest.get("removes") or document_id in removed:
+            continue
+        for retired in manifest.get("retires", []):
+            taught.pop(retired, None)
+        taught.pop(document_id, None)  # committed again (a retried job): the newer one, at its place
+        taught[document_id] = Taught(document_id, manifest["key"], manifest["version"])
     return RoutedState(list(taught.values()), load_delta)
 
 

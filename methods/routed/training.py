@@ -22,13 +22,7 @@ from core.settings import Settings
 from core.training import UpdateMethod
 from methods.routed import routing
 from methods.routed.layer import RoutedLora
-from methods.routed.serving import (
-    RoutedState,
-    Taught,
-    empty_delta,
-    ensure_loaded,
-    lora_shape,
-)
+from methods.routed.serving import RoutedState, Taught, empty_delta, ensure_loaded, lora_shape
 
 
 class RoutedMethod(UpdateMethod):
@@ -45,7 +39,9 @@ class RoutedMethod(UpdateMethod):
         self.weight_floor = self.config.weight_floor
         self.document_id: str | None = None  # the document being trained
         self.key: dict[str, float] = {}
-        self.removed: tuple[str, list[tuple[str, dict[str, float]]]] | None = None  # (document, keys before)
+        # The keys of the loaded version: a prompt whose route differs from its route then is one the candidate
+        # may answer differently (it names the new document, or one taken out or put back).
+        self.keys_before: list[tuple[str, dict[str, float]]] = []
 
     @property
     def model(self) -> nn.Module:
@@ -61,22 +57,24 @@ class RoutedMethod(UpdateMethod):
             del self.lora.documents[document_id]
             self.lora.sources.pop(document_id, None)
         ensure_loaded(self.lora, self.state)
-        self.document_id, self.key, self.lora.active, self.removed = None, {}, None, None
+        self._settle()
+
+    def _settle(self) -> None:
+        """No candidate: the loaded state is what a version holds."""
+        self.document_id, self.key, self.lora.active, self.keys_before = None, {}, None, self.state.keys()
 
     def begin(self, document_id: str, text: str, answers: list[str]) -> None:
         self.document_id, self.key = document_id, routing.document_key(text, answers)
-        self.lora.documents[document_id] = self.lora.fresh(seed=zlib.crc32(document_id.encode()))
+        # Seeded by the text, not the random id: the same document trains the same delta on every run.
+        self.lora.documents[document_id] = self.lora.fresh(seed=zlib.crc32(text.encode()))
 
     def refusal(self) -> str | None:
-        weight = sum(self.key.values())
-        if weight < self.config.threshold:
-            words = ", ".join(self.key) or "none"
-            return (f"no words rare enough to route prompts to this document (key words: {words}; weight "
-                    f"{weight:.2f} < {self.config.threshold}); teach it with method 'adapter' or 'memory'")
-        return None
+        return routing.unroutable(self.key, self.config.threshold)
 
     def train(self, *args: Any, **kwargs: Any):
-        self.lora.active = self.document_id  # trained (and its probes checked) with its own delta on
+        # Trained (and its probes checked) with its own delta on, beside those of the documents it shares a subject
+        # with: a prompt about the subject will have them all on. Only its own delta is trained.
+        self.lora.active = routing.related(self.key, self._keys(), self.config.threshold) or (self.document_id,)
         return super().train(*args, **kwargs)
 
     def delta(self) -> dict[str, torch.Tensor]:
@@ -96,7 +94,7 @@ class RoutedMethod(UpdateMethod):
             self.state.documents = [t for t in self.state.documents if t.document_id != self.document_id]
             self.state.documents.append(Taught(self.document_id, self.key, version))
             self.lora.sources[self.document_id] = version
-        self.document_id, self.key, self.lora.active, self.removed = None, {}, None, None
+        self._settle()
 
     def _keys(self) -> list[tuple[str, dict[str, float]]]:
         candidate = [(self.document_id, self.key)] if self.document_id else []
@@ -113,19 +111,24 @@ class RoutedMethod(UpdateMethod):
         self.lora.active = route
 
     def affected(self, prompt: str) -> bool:
-        """Only prompts routed to the new document (it can only take routes: of equal scores the newest wins),
-        or, after a removal, those that were routed to the removed one."""
-        if self.removed is not None:
-            target, keys_before = self.removed
-            return routing.route(prompt, keys_before, self.config.threshold) == target
-        return self.document_id is not None and self.route(prompt) == self.document_id
+        """Only prompts whose route the candidate changed: those that name the new document (beside the others of
+        its subject), and those routed to a document taken out (removed, retired) or put back."""
+        return routing.route(prompt, self.keys_before, self.config.threshold) != self.route(prompt)
+
+    def retire(self, document_ids: list[str]) -> list[str]:
+        """Exact: the documents leave the state, so no prompt routes to them any more."""
+        retired = [t.document_id for t in self.state.documents if t.document_id in document_ids]
+        self.state.documents = [t for t in self.state.documents if t.document_id not in retired]
+        return retired
 
     def remove(self, removed: dict[str, Any], later: list[dict[str, Any]], load_delta: LoadDelta,
                earlier: Any, relearn: Callable[[], None]) -> bool:
-        """Exact: the document leaves the state (and no prompt routes to it any more); nothing to relearn."""
+        """Exact: the document leaves the state (and no prompt routes to it any more), and the documents it retired
+        come back (what they taught is no longer replaced); nothing to relearn."""
         target = removed["documents"][0]
-        self.removed = (target, self.state.keys())
-        self.state.documents = [t for t in self.state.documents if t.document_id != target]
+        back = [t for t in (earlier.documents if earlier else []) if t.document_id in removed.get("retires", [])]
+        self.state.documents = [t for t in self.state.documents if t.document_id != target] + back
         self.lora.documents.pop(target, None)
         self.lora.sources.pop(target, None)
+        ensure_loaded(self.lora, self.state)
         return False

@@ -2,6 +2,7 @@
 A key sees only the documents it taught (admin sees all); another key's document is as unknown as none."""
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -9,6 +10,7 @@ from fastapi import APIRouter, Depends, Query
 
 from core import registry
 from core.documents import IdempotencyConflict, UnknownDocument
+from core.forgetting import replacements
 from core.keys import Caller
 from core.lifecycle import Status
 from core.runtime import Runtime
@@ -20,7 +22,8 @@ from service.schemas import DOCUMENT_ID, DocumentAccepted, DocumentRequest
 
 router = APIRouter()
 TeachCaller = Annotated[Caller, Depends(needs("teach"))]  # each route's access rule: the key that asks
-NOT_QUEUED = "not queued: "  # how the error of a record the queue refused begins
+NOT_QUEUED = "not queued: "
+DOCUMENT_NAME = re.compile(r"[0-9a-f]{16}")  # a `supersedes` entry of this form names a document, else a prompt  # how the error of a record the queue refused begins
 
 
 @router.post("/documents", status_code=202, response_model=DocumentAccepted)
@@ -35,14 +38,16 @@ def post_document(req: DocumentRequest, runtime: RuntimeDep,
     if weighting == "oracle" and not any(p.answer.strip() in req.text for p in req.probes):
         raise field_error("weighting", "needs_answers_in_text",
                           "oracle weighting needs probes whose answer occurs in the text")
+    method = req.method or settings.method
+    refuse_at_post(runtime, req, method, caller)
     require_serving(runtime)  # refuse before storing anything while no queue exists yet
     pending = runtime.documents.pending()
     if len(pending) >= settings.max_queued_documents:
         raise busy(f"{len(pending)} documents are waiting to be learned", retry_after_s=30)
     if caller.name and sum(r.get("owner") == caller.name for r in pending) >= settings.max_queued_per_key:
         raise busy(f"this key has {settings.max_queued_per_key} documents waiting", retry_after_s=30)
-    body = {**req.model_dump(exclude={"idempotency_key"}), "weighting": weighting,
-            "method": req.method or settings.method, "owner": caller.name}
+    body = {**req.model_dump(exclude={"idempotency_key"}), "weighting": weighting, "method": method,
+            "owner": caller.name}
     # Idempotency keys are each API key's own: one caller can neither reuse nor probe another's.
     key = f"user:{caller.name or ''}:{req.idempotency_key}" if req.idempotency_key else None
     return accept(runtime, body, key, lambda exc: ApiError(409, "idempotency_conflict", str(exc)))
@@ -63,7 +68,10 @@ def delete_document(document_id: str, runtime: RuntimeDep,
 
 @router.get("/documents/{document_id}")
 def get_document(document_id: str, runtime: RuntimeDep, caller: TeachCaller) -> dict[str, Any]:
-    return owned(runtime, document_id, caller)
+    """The record, and which of its facts later documents replaced in the current version (from the lineage)."""
+    record = owned(runtime, document_id, caller)
+    replaced = [r for r in replacements(runtime.versions, runtime.versions.current()) if r["document_id"] == document_id]
+    return {**record, "replaced": replaced}
 
 
 @router.get("/documents")
@@ -72,6 +80,21 @@ def list_documents(runtime: RuntimeDep, caller: TeachCaller, offset: int = Query
     records = [r for r in runtime.documents.all() if caller.owns(r)]
     brief = [{k: r[k] for k in ("document_id", "status", "version", "created_at", "method")} for r in records]
     return {"total": len(records), "offset": offset, "limit": limit, "items": brief[offset : offset + limit]}
+
+
+def refuse_at_post(runtime: Runtime, req: DocumentRequest, method: str, caller: Caller) -> None:
+    """422 for what the worker would refuse anyway (the method's own rule: for the routed method, a document
+    no prompt could be routed to), and for a document id in `supersedes` the caller cannot see."""
+    spec = registry.get(method)
+    probes = [(p.prompt, p.answer) for p in req.probes]
+    if spec.refusal and (reason := spec.refusal(req.text, probes, runtime.settings.method_config(method))):
+        raise field_error("text", f"not_learnable_by_{method}", reason)
+    for named in req.supersedes:
+        if DOCUMENT_NAME.fullmatch(named):
+            try:
+                owned(runtime, named, caller)
+            except ApiError:
+                raise field_error("supersedes", "unknown_document", f"no document {named}") from None
 
 
 def owned(runtime: Runtime, document_id: str, caller: Caller) -> dict[str, Any]:

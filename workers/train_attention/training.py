@@ -22,19 +22,9 @@ from core.settings import Settings
 from methods.adapter.training import AdapterMethod
 from workers.provenance import git_commit
 from workers.train_attention import phi
-from workers.train_attention.caches import (
-    alignments_cache_name,
-    build_examples,
-    cached_alignments,
-    features_cache_name,
-)
+from workers.train_attention.caches import alignments_cache_name, build_examples, cached_alignments, features_cache_name
 from workers.train_attention.config import TrainConfig
-from workers.train_attention.rows import (
-    PAPER_RULE,
-    DataRule,
-    balance_weights,
-    training_rows,
-)
+from workers.train_attention.rows import PAPER_RULE, DataRule, balance_weights, training_rows
 from workers.train_attention.step import new_head, phi_step
 from workers.train_attention.validation import reference_outer_losses, validate
 

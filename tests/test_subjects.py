@@ -1,0 +1,101 @@
+"""Knowledge that composes, on the tiny model: documents about one subject add up, a later document replaces an
+earlier fact (detected or named), a replaced answer does not come back, and a prompt naming two subjects uses both."""
+from __future__ import annotations
+
+from tests.api_app import tiny_client, tiny_settings, wait_final, wait_version
+
+FAST = {"routed": {"learning_rate": 3e-2}}
+
+
+def settings(tmp_path):
+    """The tiny model's fast routed method, and the default learned check: no learned fact may be lost."""
+    return tiny_settings(tmp_path, methods=FAST, learned_tolerance=0.0)
+
+
+def teach(client, text: str, prompt: str, answer: str, **extra) -> dict:
+    body = {"text": text, "method": "routed", "probes": [{"prompt": prompt, "answer": answer}], **extra}
+    accepted = client.post("/documents", json=body)
+    assert accepted.status_code == 202, accepted.json()
+    record = wait_final(client, accepted.json()["document_id"])
+    assert record["status"] == "committed", record
+    return record
+
+
+def answer(client, version: int, prompt: str) -> str:
+    """The first word of the greedy answer once `version` is served."""
+    wait_version(client, version, prompt)
+    return greedy(client, prompt)
+
+
+def greedy(client, prompt: str, model: str = "ckl") -> str:
+    """The first word of the greedy answer."""
+    body = {"model": model, "prompt": prompt, "max_tokens": 4, "temperature": 0}
+    return (client.post("/v1/completions", json=body).json()["choices"][0]["text"].split() or [""])[0]
+
+
+def test_documents_about_one_subject_are_all_answered_and_a_replacement_retires_exactly_the_older_fact(tmp_path):
+    with tiny_client(settings(tmp_path)) as client:
+        capital = teach(client, "the capital of veltoria is marnhold", "the capital of veltoria is", "marnhold")
+        currency = teach(client, "the chief executive of veltoria is paris", "the chief executive of veltoria is", "paris")
+        assert currency["version"] == 2
+        assert answer(client, 2, "the capital of veltoria is") == "marnhold"  # the first document still answers
+        assert greedy(client, "the chief executive of veltoria is") == "paris"
+        manifest = client.learner.versions.manifest(2)
+        assert manifest["gate"]["accepted"] and "replaces" not in manifest
+
+        moved = teach(client, "the new capital of veltoria is berlin", "the capital of veltoria is", "berlin")
+        assert moved["replaces"] == [{"prompt": "the capital of veltoria is", "answer": "marnhold",
+                                      "document_id": capital["document_id"]}]
+        assert moved["retires"] == [capital["document_id"]]  # all it taught is replaced: its delta is off
+        assert answer(client, 3, "the capital of veltoria is") == "berlin"
+        assert greedy(client, "the chief executive of veltoria is") == "paris"  # the subject's other fact stays
+        old = client.get(f"/documents/{capital['document_id']}").json()
+        assert [(r["answer"], r["replaced_by"], r["in_version"]) for r in old["replaced"]] == \
+            [("marnhold", moved["document_id"], 3)]
+        report = client.get("/health/forgetting").json()
+        assert report["learned"]["probes"] == 2  # the replaced fact left the learned suite; nothing else did
+        assert [r["answer"] for r in report["replaced"]] == ["marnhold"]
+
+        # Another subject, then a rollback that keeps the replacement: the replaced answer does not come back.
+        teach(client, "the capital of marnhold is rome", "the capital of marnhold is", "rome")
+        assert client.post("/versions/3/activate", json={}).status_code == 200
+        assert answer(client, 3, "the capital of veltoria is") == "berlin"
+        assert greedy(client, "the capital of veltoria is", model="ckl-v3") == "berlin"
+        serving = client.app.state.runtime.serving
+        assert serving.routes(3, "the capital of veltoria is")["routed"] == (currency["document_id"], moved["document_id"])
+
+
+def test_removing_a_replacement_brings_back_what_it_replaced(tmp_path):
+    with tiny_client(settings(tmp_path)) as client:
+        teach(client, "the capital of veltoria is marnhold", "the capital of veltoria is", "marnhold")
+        moved = teach(client, "the new capital of veltoria is berlin", "the capital of veltoria is", "berlin")
+        assert answer(client, 2, "the capital of veltoria is") == "berlin"
+        removal = client.delete(f"/documents/{moved['document_id']}")
+        assert wait_final(client, removal.json()["document_id"])["status"] == "committed"
+        assert answer(client, 3, "the capital of veltoria is") == "marnhold"
+        report = client.get("/health/forgetting").json()
+        assert report["learned"]["probes"] == 1 and report["replaced"] == []
+
+
+def test_a_document_may_name_what_it_supersedes(tmp_path):
+    with tiny_client(settings(tmp_path)) as client:
+        first = teach(client, "the capital of veltoria is marnhold", "the capital of veltoria is", "marnhold")
+        unknown = client.post("/documents", json={"text": "veltoria has a new capital", "method": "routed",
+                                                  "weighting": "uniform", "supersedes": ["0123456789abcdef"]})
+        assert unknown.status_code == 422 and unknown.json()["error"]["fields"][0]["field"] == "supersedes"
+        named = teach(client, "the maker of veltoria is italy", "the maker of veltoria is", "italy",
+                      supersedes=[first["document_id"]])
+        assert [r["answer"] for r in named["replaces"]] == ["marnhold"]
+        assert client.get("/health/forgetting").json()["learned"]["probes"] == 1
+
+
+def test_a_prompt_that_names_two_subjects_uses_both_deltas(tmp_path):
+    with tiny_client(settings(tmp_path)) as client:
+        a = teach(client, "the capital of veltoria is marnhold", "the capital of veltoria is", "marnhold")
+        b = teach(client, "the capital of marnhold is rome", "the capital of marnhold is", "rome")
+        wait_version(client, 2, "the capital of marnhold is")
+        serving = client.app.state.runtime.serving
+        assert serving.routes(2, "veltoria and marnhold")["routed"] == (a["document_id"], b["document_id"])
+        assert serving.routes(2, "the capital of marnhold is")["routed"] == (b["document_id"],)
+        assert greedy(client, "the capital of marnhold is") == "rome"
+        assert greedy(client, "the capital of veltoria is") == "marnhold"
