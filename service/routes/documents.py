@@ -22,8 +22,8 @@ from service.schemas import DOCUMENT_ID, DocumentAccepted, DocumentRequest
 
 router = APIRouter()
 TeachCaller = Annotated[Caller, Depends(needs("teach"))]  # each route's access rule: the key that asks
-NOT_QUEUED = "not queued: "
-DOCUMENT_NAME = re.compile(r"[0-9a-f]{16}")  # a `supersedes` entry of this form names a document, else a prompt  # how the error of a record the queue refused begins
+NOT_QUEUED = "not queued: "  # how the error of a record the queue refused begins
+DOCUMENT_NAME = re.compile(r"[0-9a-f]{16}")  # a `supersedes` entry of this form names a document, else a prompt
 
 
 @router.post("/documents", status_code=202, response_model=DocumentAccepted)
