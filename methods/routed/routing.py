@@ -62,6 +62,11 @@ def reached(prompt_words: set[str], keys: Sequence[tuple[str, dict[str, float]]]
     return ids or None
 
 
+def reaches(prompt: str, key: dict[str, float], threshold: float) -> bool:
+    """Whether a prompt names a document's key strongly enough to be routed to it."""
+    return score(words(prompt), key) >= threshold
+
+
 def unroutable(key: dict[str, float], threshold: float) -> str | None:
     """Why no prompt could be routed to a document with `key` (None: some can)."""
     weight = sum(key.values())
@@ -77,7 +82,7 @@ def refusal(text: str, probes: list[tuple[str, str]], threshold: float) -> str |
     key = document_key(text, [answer for _, answer in probes])
     if reason := unroutable(key, threshold):
         return reason
-    if unreachable := [prompt for prompt, _ in probes if score(words(prompt), key) < threshold]:
+    if unreachable := [prompt for prompt, _ in probes if not reaches(prompt, key, threshold)]:
         return (f"{len(unreachable)} of the document's probes do not name its key words (e.g. {unreachable[0]!r}): "
                 "a routed document answers only prompts that name its rare words")
     return None

@@ -101,8 +101,7 @@ class RoutedMethod(UpdateMethod):
         return self.state.keys() + candidate
 
     def can_serve(self, prompt: str, text: str, answers: list[str]) -> bool:
-        key = routing.document_key(text, answers)
-        return routing.score(routing.words(prompt), key) >= self.config.threshold
+        return routing.reaches(prompt, routing.document_key(text, answers), self.config.threshold)
 
     def route(self, prompt: str) -> Hashable | None:
         return routing.route(prompt, self._keys(), self.config.threshold)
