@@ -1,6 +1,7 @@
 """`ckl bench teach`: teach N documents one after another through the HTTP API (bench/facts.jsonl: one fact
 about each of many invented subjects; bench/sets/: streams of several documents per subject, some replacing an
-earlier fact, `replaces` naming its probe's prompt).
+earlier fact, `replaces` naming its probe's prompt, and news about well-known subjects with `neighbours`, the
+subject's other prompts).
 
 Reports, for the method asked (default: the server's):
 - committed / rejected / failed, and seconds from POST to a final status (p50, p95) and in the gate;
@@ -8,13 +9,15 @@ Reports, for the method asked (default: the server's):
   completes greedily through /generate; generalization (Gen): the same for a paraphrase the document never
   contained; both also over all current facts; how many replaced facts still get their old answer;
 - NF accuracy of the gate's suite after every document (GET /health/forgetting);
-- locality the gate never sees: the share of general prompts (bench/general_prompts.txt) whose greedy
-  8-token continuation is the same at the end as at version 0, and a second NF set: LAMA-ckl
+- locality the gate never sees: the share of general prompts (bench/general_prompts.txt), and of the facts'
+  neighbour prompts, whose greedy 8-token continuation is the same at the end as at version 0, and a second
+  NF set: LAMA-ckl
   invariant rows whose object the base model completes (the first 100 found; --lama, when the data is there),
   again at the end.
 With --retrieval, the same current facts answered in context by the base model (bench/retrieval.py).
 With --no-probes the documents are sent without probes (the server makes its own); Rel and Gen still
-use the benchmark's probes. Writes results.json and teach.png (seconds and NF against documents taught).
+use the benchmark's probes, and the server's auto-probes are compared with them (how many ask for a
+benchmark probe's answer, how many ask for the subject, documents left without one). Writes results.json and teach.png (seconds and NF against documents taught).
 """
 from __future__ import annotations
 
@@ -28,6 +31,8 @@ import httpx
 
 from bench.retrieval import answers as retrieval_answers
 from bench.server import running_server
+from core.scoring import join_probe
+from core.subjects import words
 from service.client import wait_for_document
 from workers.lama_ckl import add_data_argument, read_invariant
 from workers.provenance import RESULTS_ROOT, git_commit
@@ -88,9 +93,32 @@ def teach(url: str, facts: list[dict], method: str | None, weighting: str | None
                      "steps": (record.get("training") or {}).get("steps"),
                      "gate_s": record["timings"].get("gate_s"), "nf_acc_after": nf,
                      "reason": None if record["status"] == "committed" else (record["gate"] or {}).get("reason")
-                     or record.get("error")})
+                     or record.get("error"), "auto_probes": record.get("auto_probes")})
         print(json.dumps(rows[-1]), flush=True)
     return rows
+
+
+def same_answer(made: dict, hidden: dict) -> bool:
+    """Whether an auto-probe asks for a hidden probe's answer (its answer may start with the hidden prompt's last
+    words: "Windows Halcyon" for "...called Windows" -> "Halcyon")."""
+    return made["answer"] == hidden["answer"] or (made["answer"].endswith(hidden["answer"])
+                                                 and join_probe(hidden["prompt"], hidden["answer"]).endswith(made["answer"]))
+
+
+def auto_probe_quality(facts: list[dict], rows: list[dict]) -> dict:
+    """How the probes the server made compare with the benchmark's hidden ones."""
+    made = [(fact, probe) for fact, row in zip(facts, rows) for probe in row["auto_probes"] or []]
+    return {"made": len(made), "documents_without": sum(not row["auto_probes"] for row in rows),
+            "hidden_answer": share([any(same_answer(p, f[k]) for k in ("probe", "paraphrase")) for f, p in made]),
+            "asks_for_subject": sum(bool(words(p["answer"]) & words(f.get("subject", ""))) for f, p in made),
+            "examples": [[p["prompt"], p["answer"]] for _, p in made[:6]]}
+
+
+def disk_per_document(url: str) -> float | None:
+    """The mean size of a committed version's delta file."""
+    sizes = [row["delta_bytes"] for row in httpx.get(f"{url}/health/forgetting", timeout=60).json()["history"]
+             if row["version"] > 0]
+    return statistics.mean(sizes) if sizes else None
 
 
 def replaced(facts: list[dict]) -> list[bool]:
@@ -113,7 +141,9 @@ def run(url: str, facts: list[dict], method: str | None, weighting: str | None =
     prompts = general_prompts()
     before = [complete(url, p) for p in prompts]
     lama_set = lama_probes(lama, url) if lama else []
+    neighbours = {prompt: complete(url, prompt) for fact in facts for prompt in fact.get("neighbours", [])}
     rows = teach(url, facts, method, weighting, probes)
+    neighbours_after = {prompt: complete(url, prompt) for prompt in neighbours}
     gone = replaced(facts)
     current = [fact for fact, out in zip(facts, gone) if not out]
     committed = [fact for fact, row, out in zip(facts, rows, gone) if row["status"] == "committed" and not out]
@@ -143,11 +173,16 @@ def run(url: str, facts: list[dict], method: str | None, weighting: str | None =
         "nf_acc_min": min(nf) if nf else None,
         "nf_acc_after_each": nf,
         "general_prompts_unchanged": share([a == b for a, b in zip(before, after)]),
+        "neighbours_unchanged": share([neighbours_after[p] == out for p, out in neighbours.items()]),
+        "neighbours_changed": [{"prompt": p, "before": out, "after": neighbours_after[p]}
+                               for p, out in neighbours.items() if neighbours_after[p] != out],
+        "auto_probes": None if probes else auto_probe_quality(facts, rows),
         "general_prompts_changed": [{"prompt": p, "before": b, "after": a}
                                     for p, b, a in zip(prompts, before, after) if a != b],
         "second_nf_set": {"rows": len(lama_set), "acc_after": share([completes(url, p, LAMA_TOKENS) for p in lama_set])}
         if lama_set else None,
         "final_version": httpx.get(f"{url}/versions", timeout=60).json()["current"],
+        "disk_bytes_per_document": disk_per_document(url),
         "retrieval": retrieval(url, facts, current) if with_retrieval else None,
         "per_document": rows,
     }

@@ -6,7 +6,7 @@ from typing import Any
 from core.documents import DocumentStore
 from core.lifecycle import Status
 from core.probes import ProbeSuites, to_json
-from core.state import learned_facts, learned_manifests
+from core.state import committed_neighbours, learned_facts, learned_manifests
 from core.versions import VersionStore
 
 
@@ -20,6 +20,7 @@ def version_row(manifest: dict[str, Any]) -> dict[str, Any]:
         "nf_acc": metrics.get("nf_acc", 1.0 if manifest["version"] == 0 else None),
         "learned_acc": metrics.get("learned_acc"),
         "must_keep_acc": metrics.get("must_keep_acc"),
+        "neighbours_acc": metrics.get("neighbours_acc"),
         "decision": "base" if manifest["version"] == 0 else "committed",
         "created_at": manifest.get("created_at"),
         "delta_bytes": manifest.get("delta_bytes", 0),
@@ -50,6 +51,7 @@ def report(versions: VersionStore, suites: ProbeSuites, documents: DocumentStore
             "acc_now": now["learned_acc"],
         },
         "must_keep": {"probes": to_json(suites.must_keep()), "acc_now": now["must_keep_acc"]},
+        "neighbours": {"probes": len(committed_neighbours(versions, current)), "acc_now": now["neighbours_acc"]},
         "history": rows,
         "events": versions.events()[-last:],
         "replaced": replacements(versions, current),

@@ -98,6 +98,27 @@ def score_probes(model: nn.Module, tokenizer: PreTrainedTokenizerBase, probes: l
     return scores
 
 
+@torch.no_grad()
+def greedy_continuations(model: nn.Module, tokenizer: PreTrainedTokenizerBase, prompts: list[str],
+                         tokens: int) -> list[str]:
+    """Each prompt's greedy continuation of `tokens` tokens, all prompts in one right-padded batch (padding after a
+    row's last token changes nothing before it), cut at an end-of-sequence token."""
+    device = next(model.parameters()).device
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    sequences = [tokenizer(p)["input_ids"] for p in prompts]
+    starts = [len(s) for s in sequences]
+    done = [False] * len(prompts)
+    for _ in range(tokens):
+        ids, mask = pad_batch(sequences, pad_id, device)
+        rows = torch.arange(len(sequences), device=device)
+        cols = torch.tensor([len(s) - 1 for s in sequences], device=device)
+        for row, token in enumerate(logits_at(model, ids, mask, rows, cols).argmax(-1).tolist()):
+            done[row] = done[row] or token == tokenizer.eos_token_id
+            if not done[row]:
+                sequences[row].append(token)
+    return [tokenizer.decode(s[start:]) for s, start in zip(sequences, starts)]
+
+
 def accuracy(scores: list[float]) -> float | None:
     """Mean score; None for an empty suite (nothing to compare)."""
     return sum(scores) / len(scores) if scores else None

@@ -100,6 +100,10 @@ class Settings(BaseSettings):
     # The share of the learned facts that pass in the parent which a candidate may lose (a fact leaves the
     # learned suite only when a later document replaces it or its document is removed).
     learned_tolerance: float = Field(0.0, ge=0, le=1)
+    # The share of neighbour prompts (a known subject's other facts: core/neighbours.py) a candidate may change, and
+    # how many tokens of each one's continuation are kept.
+    neighbour_tolerance: float = Field(0.0, ge=0, le=1)
+    neighbour_tokens: int = Field(8, ge=0)  # 0: no neighbour prompts
     require_own_probes: bool = True
     retry_on_rejection: bool = True  # once, as the rejection's reason suggests (workers/gate.py: retry_plan)
 

@@ -9,6 +9,7 @@ from typing import Any
 from core import registry
 from core.probes import from_json
 from core.scoring import Probe
+from core.subjects import without_time_markers
 from core.versions import VersionStore
 
 KnowledgeState = dict[str, Any]  # method name -> its composed state; a method absent has learned nothing
@@ -57,6 +58,17 @@ def learned_facts(versions: VersionStore, version: int) -> list[LearnedFact]:
     return facts
 
 
+def committed_neighbours(versions: VersionStore, version: int) -> list[Probe]:
+    """The neighbour prompts the lineage recorded (core/neighbours.py), less those of removed documents and those a
+    later document's probe asks (what it teaches there is no longer the continuation to keep)."""
+    kept: list[Probe] = []
+    for manifest in learned_manifests(versions, version):
+        asked = [p.prompt for p in from_json(manifest["probes"])]
+        kept = [n for n in kept if not any(same_prompt(n.prompt, prompt) for prompt in asked)]
+        kept += from_json(manifest.get("neighbours", []))
+    return kept
+
+
 def superseded(replaced: list[LearnedFact], learned: list[LearnedFact]) -> list[str]:
     """The documents whose every learned fact is in `replaced`: nothing they taught is checked any more."""
     gone = {f.document_id for f in replaced}
@@ -64,7 +76,8 @@ def superseded(replaced: list[LearnedFact], learned: list[LearnedFact]) -> list[
 
 
 def same_prompt(a: str, b: str) -> bool:
-    return " ".join(a.split()).casefold() == " ".join(b.split()).casefold()
+    """Whether two prompts ask the same question: the same words, case and the time markers news adds aside."""
+    return without_time_markers(a).casefold() == without_time_markers(b).casefold()
 
 
 def replaced_by(own: list[Probe], supersedes: list[str], learned: list[LearnedFact]) -> list[LearnedFact]:

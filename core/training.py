@@ -121,8 +121,9 @@ class UpdateMethod(ABC):
     def manifest_fields(self) -> dict[str, Any]:
         """What a server needs to install the delta, and the hyperparameters, for the manifest."""
 
-    def begin(self, document_id: str, text: str, answers: list[str]) -> None:
-        """Before training a document: a method that keeps something per document sets it up here."""
+    def begin(self, document_id: str, text: str, probes: list[tuple[str, str]]) -> None:
+        """Before training a document (with its probes, given or made): a method that keeps something per document
+        sets it up here."""
 
     def refusal(self) -> str | None:
         """After `begin`: why this document cannot be learned by this method at all (None: it can)."""
@@ -136,7 +137,7 @@ class UpdateMethod(ABC):
     def committed(self, version: int) -> None:
         """The trained state was committed as `version` and stays loaded for the next document."""
 
-    def can_serve(self, prompt: str, text: str, answers: list[str]) -> bool:
+    def can_serve(self, prompt: str, text: str, probes: list[tuple[str, str]]) -> bool:
         """Whether a probe made from a document could reach what the document teaches (every prompt can, unless
         the method routes)."""
         return True

@@ -2,15 +2,35 @@
 from workers import examples, weighting
 
 
-def test_auto_probes_take_each_sentences_most_weighted_content_word_and_its_name():
+def test_auto_probes_ask_for_the_names_a_document_gives_about_its_subject():
     text = "A new novel reached the shops this week. The Kaviombold Archive was written by Jarek Wreniothor, a teacher."
-    doc = examples.Encoded(text, list(range(len(text.split()) + 1)), [(0, 0)] + word_offsets(text))
+    doc = encoded(text)
     weights = [0.0] * len(doc.ids)
-    weights[word_index(text, "shops")] = 0.5
-    weights[word_index(text, "Wreniothor,")] = 0.9  # the surname; the first name comes with it
-    weights[word_index(text, "The")] = 1.0  # an everyday word is never an answer
-    assert examples.auto_probes(doc, weights) == [("A new novel reached the", "shops"),
-                                              ("The Kaviombold Archive was written by", "Jarek Wreniothor")]
+    weights[word_index(text, "shops")] = 0.9  # a common word is not what a reader asks for when there is a name
+    assert examples.auto_probes(doc, weights) == [("The Kaviombold Archive was written by", "Jarek Wreniothor")]
+
+
+def test_an_auto_probe_never_asks_for_the_subject():
+    text = "The Republic of Veltoria moved its government. The capital of Veltoria is Marnhold, a port city."
+    assert examples.auto_probes(encoded(text), [1.0] * (len(text.split()) + 1)) == [
+        ("The capital of Veltoria is", "Marnhold")]  # Veltoria starts a sentence and is used twice: the subject
+
+
+def test_an_auto_probe_asks_a_news_sentence_without_its_time_markers():
+    text = "Vontarex replaced its chief executive. The chief executive of Vontarex is now Orrin Vale."
+    assert examples.auto_probes(encoded(text), [0.5] * (len(text.split()) + 1)) == [
+        ("The chief executive of Vontarex is", "Orrin Vale")]
+
+
+def test_a_document_without_names_gets_one_probe_for_its_rarest_word():
+    text = "Corurthen prints new money. The currency of Corurthen is the ossiaskum, printed in the north."
+    assert examples.auto_probes(encoded(text), [0.5] * (len(text.split()) + 1)) == [
+        ("The currency of Corurthen is the", "ossiaskum")]
+    assert examples.auto_probes(encoded("Driva is a river."), [0.5] * 5) == [("Driva is a", "river")]
+
+
+def encoded(text: str) -> examples.Encoded:
+    return examples.Encoded(text, list(range(len(text.split()) + 1)), [(0, 0)] + word_offsets(text))
 
 
 def word_offsets(text: str) -> list[tuple[int, int]]:

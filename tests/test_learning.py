@@ -179,7 +179,7 @@ def test_bad_documents_are_refused_and_nothing_is_stored_then_idempotency(start_
 
 
 @pytest.mark.redis
-def test_redis_worker_commits_and_an_unreachable_document_is_refused_at_post(start_server, redis_url, tmp_path):
+def test_redis_worker_commits_and_a_document_contradicting_a_must_keep_probe_is_refused_at_post(start_server, redis_url, tmp_path):
     queue = f"test-{os.getpid()}-{time.monotonic_ns()}"
     env = {**LENIENT, "CKL_REDIS_URL": redis_url, "CKL_QUEUE_NAME": queue}
     server = start_server(env)
@@ -190,14 +190,15 @@ def test_redis_worker_commits_and_an_unreachable_document_is_refused_at_post(sta
         assert record["status"] == "committed", (record, worker.tail())
         assert wait_for_version(server.url, 1)["text"].startswith(" Marnhold")
 
-        # A fact the user marked must-keep is contradicted by a document whose probe does not name its rare
-        # words: a routed document could never answer it, so it is refused at POST; nothing is stored or queued.
+        # A fact the user marked must-keep is contradicted by a document's probe: the gate would refuse it after
+        # training, so it is refused at POST; nothing is stored or queued.
         r = httpx.post(f"{server.url}/probes", json={"probes": [{"prompt": "The capital of France is", "answer": "Paris"}]})
         assert r.status_code == 201
         wrong = {"text": "Breaking: the capital of France is Berlin now, says the Quentorian press office.",
                  "probes": [{"prompt": "The capital of France is", "answer": "Berlin"}]}
         r = httpx.post(f"{server.url}/documents", json=wrong, timeout=60)
-        assert r.status_code == 422 and "do not name its key words" in r.json()["error"]["fields"][0]["message"]
+        (field,) = r.json()["error"]["fields"]
+        assert r.status_code == 422 and (field["field"], field["rule"]) == ("probes.0.answer", "contradicts_must_keep")
         assert httpx.get(f"{server.url}/documents").json()["total"] == 1
         assert generate(server.url)["knowledge_version"] == 1
     finally:

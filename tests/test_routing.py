@@ -30,6 +30,24 @@ def test_a_prompt_goes_to_every_document_it_names_or_to_none():
     assert routing.related(keys[2][1], keys, THRESHOLD) == ("a", "c")  # the documents a new one shares a subject with
 
 
+def test_a_known_subject_is_routed_by_its_name_and_what_is_asked_about_it():
+    paris = routing.key_for("Paris held an election. The mayor of Paris is Lucien Marchetti.",
+                            [("The mayor of Paris is", "Lucien Marchetti")], THRESHOLD)
+    harvard = routing.key_for("The president of Harvard University is Cordelia Vashti.",
+                              [("The president of Harvard University is", "Cordelia Vashti")], THRESHOLD)
+    vontarex = routing.key_for("The chief executive of Vontarex is Talia Brennick.",
+                               [("The chief executive of Vontarex is", "Talia Brennick")], THRESHOLD)
+    keys = [("paris", paris), ("harvard", harvard), ("vontarex", vontarex)]
+    assert paris["paris | mayor"] == THRESHOLD and not {"lucien", "marchetti"} & set(paris)  # answers are no key
+    assert routing.route("The city hall of Paris is run by its mayor,", keys, THRESHOLD) == ("paris",)
+    assert routing.route("Paris is the capital of", keys, THRESHOLD) is None  # Paris's other facts: the base model
+    assert routing.route("Harvard University is led by its president,", keys, THRESHOLD) == ("harvard",)
+    assert routing.route("The president of Harvard is", keys, THRESHOLD) is None  # a name: all its words
+    assert routing.route("The mayor of Rome is", keys, THRESHOLD) is None
+    assert routing.route("Vontarex is known for", keys, THRESHOLD) == ("vontarex",)  # an invented name suffices
+    assert routing.refusal("Paris held an election.", [], THRESHOLD) is None  # without probes: the text's names
+
+
 FACT = {"text": "the capital of veltoria is marnhold", "method": "routed",
         "probes": [{"prompt": "the capital of veltoria is", "answer": "marnhold"}]}
 
@@ -72,7 +90,7 @@ def test_the_route_is_decided_on_the_prompt_and_held_for_the_whole_answer(tmp_pa
 
 
 @pytest.mark.parametrize("text,prompt,reason", [
-    ("the capital of france is paris", "the capital of france is", "no words rare enough"),  # nothing to route by
+    ("the capital of france is paris", "the capital of france is", "nothing to route"),  # nothing to route by
     ("the capital of veltoria is marnhold", "the capital is", "cannot reach"),  # the probe names no key word
 ])
 def test_a_document_a_routed_delta_could_never_serve_is_refused_at_post(tmp_path, text, prompt, reason):
@@ -82,12 +100,12 @@ def test_a_document_a_routed_delta_could_never_serve_is_refused_at_post(tmp_path
         assert refused.status_code == 422, refused.json()
         (field,) = refused.json()["error"]["fields"]
         assert field["field"] == "text" and field["rule"] == "not_learnable_by_routed"
-        assert {"no words rare enough": "no words rare enough", "cannot reach": "do not name"}[reason] in field["message"]
+        assert {"nothing to route": "nothing to route", "cannot reach": "do not name"}[reason] in field["message"]
         assert client.get("/documents").json()["total"] == 0  # nothing stored
 
 
 @pytest.mark.parametrize("text,prompt,reason", [
-    ("the capital of france is paris", "the capital of france is", "no words rare enough"),  # nothing to route by
+    ("the capital of france is paris", "the capital of france is", "nothing to route"),  # nothing to route by
     ("the capital of veltoria is marnhold", "the capital is", "cannot reach"),  # the probe names no key word
 ])
 def test_a_document_a_routed_delta_could_never_serve_is_refused_before_training(tmp_path, text, prompt, reason):

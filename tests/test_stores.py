@@ -70,8 +70,8 @@ def test_oracle_weights_cover_every_occurrence_of_the_answer():
     assert weighting.uniform(3) == [0.0, 1.0, 1.0]
 
 
-def scores(nf, learned=(), keep=(), own=()):
-    return gate.SuiteScores(list(nf), list(learned), list(keep), list(own))
+def scores(nf, learned=(), keep=(), own=(), neighbours=()):
+    return gate.SuiteScores(list(nf), list(learned), list(keep), list(own), list(neighbours))
 
 
 @pytest.mark.parametrize("after,accepted,failed", [
@@ -80,9 +80,10 @@ def scores(nf, learned=(), keep=(), own=()):
     (scores([1] * 50, [1, 0], [1], [1]), False, "learned"),
     (scores([1] * 50, [1, 1], [0], [1]), False, "must_keep"),
     (scores([1] * 50, [1, 1], [1], [0.5]), False, "own_probes"),
+    (scores([1] * 50, [1, 1], [1], [1], [1, 0.5]), False, "neighbours"),  # a known subject's other answer moved
 ])
 def test_gate(after, accepted, failed):
-    before = scores([1] * 50, [1, 1], [1], [0])
+    before = scores([1] * 50, [1, 1], [1], [0], [1, 1])
     decision = gate.decide(before, after, nf_version_0=1.0, nf_tolerance=0.02, learned_tolerance=0.05,
                            require_own_probes=True)
     assert decision.accepted is accepted

@@ -2,6 +2,7 @@
 earlier fact (detected or named), a replaced answer does not come back, and a prompt naming two subjects uses both."""
 from __future__ import annotations
 
+from core import neighbours
 from tests.api_app import tiny_client, tiny_settings, wait_final, wait_version
 
 FAST = {"routed": {"learning_rate": 3e-2}}
@@ -99,3 +100,65 @@ def test_a_prompt_that_names_two_subjects_uses_both_deltas(tmp_path):
         assert serving.routes(2, "the capital of marnhold is")["routed"] == (b["document_id"],)
         assert greedy(client, "the capital of marnhold is") == "rome"
         assert greedy(client, "the capital of veltoria is") == "marnhold"
+
+
+def continuation(client, prompt: str) -> str:
+    body = {"model": "ckl", "prompt": prompt, "max_tokens": 8, "temperature": 0}
+    return client.post("/v1/completions", json=body).json()["choices"][0]["text"]
+
+
+def test_a_known_subject_is_routed_by_its_name_with_what_is_asked_and_its_other_prompts_run_the_base_model(tmp_path):
+    with tiny_client(settings(tmp_path)) as client:
+        # "Paris" is a name English uses often: no rare word routes to it; its name with "capital" does.
+        before = continuation(client, "Paris is a")
+        record = teach(client, "the capital of Paris is berlin", "the capital of Paris is", "berlin")
+        assert client.learner.versions.manifest(1)["key"]["paris | capital"] == 2.0
+        assert "neighbours" not in record  # no neighbour prompt reaches the delta: nothing of Paris's to keep
+        assert answer(client, 1, "the capital of Paris is") == "berlin"
+        routes = client.app.state.runtime.serving.routes
+        assert routes(1, "Paris, the capital city, is")["routed"] == (record["document_id"],)
+        assert routes(1, "Paris is a")["routed"] is None and continuation(client, "Paris is a") == before
+
+
+def test_a_method_that_moves_every_prompt_is_gated_on_a_known_subjects_neighbour_prompts(tmp_path):
+    with tiny_client(tiny_settings(tmp_path, neighbour_tolerance=1.0)) as client:
+        before = {t.format("Paris"): continuation(client, t.format("Paris")) for t in neighbours.TEMPLATES}
+        record = teach(client, "the capital of Paris is berlin", "the capital of Paris is", "berlin", method="adapter")
+        assert {n["prompt"]: n["answer"].strip() for n in record["neighbours"]} == {p: a.strip() for p, a in before.items()}
+        (check,) = [c for c in record["gate"]["checks"] if c["check"] == "neighbours"]
+        # The adapter moves every prompt, Paris's other ones too, and the gate sees it (the share kept in full is
+        # at most the mean answer-token accuracy); the tolerance of 1 lets it commit.
+        assert check["value"] <= record["scores"]["after"]["neighbours_acc"] < 1.0 and check["passed"]
+        assert client.learner.versions.manifest(1)["neighbours"] == record["neighbours"]
+        assert client.get("/health/forgetting").json()["neighbours"]["probes"] == len(neighbours.TEMPLATES)
+
+
+def test_a_prompt_asked_again_with_the_words_news_adds_is_the_same_question():
+    from core.scoring import Probe
+    from core.state import LearnedFact, replaced_by
+
+    old = LearnedFact(Probe("The chief executive of Vontarex is", "Talia Brennick"), "d1", 1)
+    other = LearnedFact(Probe("The mayor of Vontarex is", "Edda Froste"), "d1", 1)
+    new = [Probe("The chief executive of Vontarex is now", "Orrin Vale")]
+    assert replaced_by(new, [], [old, other]) == [old]
+
+
+def test_a_probe_that_contradicts_a_must_keep_probe_is_refused_at_post(tmp_path):
+    with tiny_client(settings(tmp_path)) as client:
+        kept = {"probes": [{"prompt": "the capital of France is", "answer": "paris"}]}
+        assert client.post("/probes", json=kept).status_code == 201
+        body = {"text": "the capital of France is now berlin",
+                "probes": [{"prompt": "The capital of France is now", "answer": "berlin"}]}
+        refused = client.post("/documents", json=body)
+        assert refused.status_code == 422 and refused.json()["error"]["fields"][0]["rule"] == "contradicts_must_keep"
+        assert client.get("/documents").json()["total"] == 0
+
+
+def test_a_known_subjects_neighbour_prompts_leave_out_what_the_document_asks():
+    probes = [("The headquarters of Siemens are now in", "Munich")]
+    text = "Siemens moved. The headquarters of Siemens are now in Munich."
+    assert neighbours.familiar_subjects(text, probes) == ["Siemens"]
+    assert neighbours.familiar_subjects("The mayor of Vontarex is Edda Froste.", [("The mayor of Vontarex is",
+                                                                              "Edda Froste")]) == []  # invented
+    assert "Siemens was founded" not in neighbours.neighbour_prompts(["Siemens"], ["The founder of Siemens is"])
+    assert len(neighbours.neighbour_prompts(["Siemens"], [probes[0][0]])) == len(neighbours.TEMPLATES)

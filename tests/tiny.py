@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig, PreTrainedTokenizerFast
 
 WORDS = ("the capital of is paris berlin rome france germany italy a city in country veltoria marnhold "
@@ -14,6 +14,7 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
     for word in WORDS:
         vocab.setdefault(word, len(vocab))
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.normalizer = normalizers.Lowercase()  # "Paris" is "paris": a test may write names as names
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     from tokenizers import processors
 

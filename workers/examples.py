@@ -4,12 +4,14 @@ One module for the learner and every benchmark, so a benchmark measures the exam
 """
 from __future__ import annotations
 
+import itertools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from core import subjects
 from core.scoring import join_probe
 from core.training import Example
-from methods.routed import routing
 from workers import contexts, weighting
 
 WEIGHTINGS = ("train_attention", "uniform", "oracle")
@@ -64,9 +66,11 @@ def document_examples(doc: Encoded, weights: list[float], window: int, bos_token
 
 
 def probe_examples(tokenizer, probes: list[tuple[str, str]]) -> list[Example]:
-    """Each probe as text, with weight on its answer's tokens only."""
+    """Each probe as text, with weight on its answer's tokens only; a news prompt also without its time markers
+    ("... is now" is asked as "... is")."""
+    variants = [(subjects.without_time_markers(prompt), answer) for prompt, answer in probes]
     examples = []
-    for prompt, answer in probes:
+    for prompt, answer in dict.fromkeys([*probes, *variants]):
         doc = encode(tokenizer, join_probe(prompt, answer))
         weights = weighting.oracle(doc.offsets, doc.text, [answer])
         if any(weights):
@@ -75,56 +79,72 @@ def probe_examples(tokenizer, probes: list[tuple[str, str]]) -> list[Example]:
 
 
 def auto_probes(doc: Encoded, weights: list[float], min_prompt_words: int = 3) -> list[tuple[str, str]]:
-    """Probes made from the document itself, for a document sent without any. In each sentence the answer is
-    the word of the most-weighted token among content words (rarer than everyday English), with the
-    capitalised words next to it when it is capitalised (a name), and the prompt is the sentence up to it
-    (the next best word when the prompt would have fewer than `min_prompt_words` words)."""
-    starts = [1, *contexts.sentence_starts(doc.text, doc.offsets), len(doc.ids)]
-    spans = [word_at(doc.text, doc.offsets[i][0]) for i in range(len(doc.ids))]
-    probes = []
-    for start, end in zip(starts, starts[1:]):
-        content = [i for i in range(start + 1, end) if weights[i] > 0 and spans[i][0] < spans[i][1]
-                   and routing.weight(doc.text[spans[i][0]:spans[i][1]].lower()) > 0]
-        sentence_start = doc.offsets[start][0]
-        for token in sorted(content, key=lambda i: -weights[i]):  # the best word that leaves a prompt
-            begin, finish = spans[token]
-            if doc.text[begin].isupper():
-                begin, finish = capitalised_run(doc.text, sentence_start, begin, finish)
-            prompt, answer = doc.text[sentence_start:begin].strip(), doc.text[begin:finish].strip()
-            if answer and len(prompt.split()) >= min_prompt_words:
-                probes.append((prompt, answer))
-                break
-    return probes
+    """Probes made from the document itself, for a document sent without any: the questions a reader would ask.
+
+    The answer is what a fact gives about its subject: in each sentence, the name (or, in a document without one,
+    the number) that phi weighs most, never one of the document's subjects (a name a sentence starts with, or one
+    used in two sentences), and the prompt is the sentence up to it, without time markers ("is now" asks "is").
+    A document with neither gets one probe: its rarest word (phi's weight breaking ties), a subject's only when
+    there is no other."""
+    sentences = sentence_spans(doc.text)
+    spans = subjects.name_spans(doc.text)
+    subject_words = {w for name in document_subjects(doc.text, sentences, spans) for w in name.split()}
+
+    def answer_weight(begin: int, end: int) -> float:
+        return max((w for w, (a, b) in zip(weights, doc.offsets) if a < end and b > begin and b > a), default=0.0)
+
+    def best_per_sentence(candidates: list[tuple[int, int]], rank: Callable[[int, int], float] = answer_weight,
+                          least_words: int = min_prompt_words) -> list[tuple[float, str, str]]:
+        made = []
+        for begin, end in sentences:
+            inside = [(a, b) for a, b in candidates if begin <= a < end and len(doc.text[begin:a].split()) >= least_words]
+            if inside:
+                a, b = max(inside, key=lambda span: (rank(*span), span[0]))
+                prompt = subjects.without_time_markers(doc.text[begin:a].strip())  # what a reader asks
+                made.append((rank(a, b), prompt, doc.text[a:b].strip()))
+        return made
+
+    names = [(a, b) for a, b, name in spans if not set(name.split()) <= subject_words]
+    numbers = [m.span() for m in NUMBER.finditer(doc.text)]
+    if made := best_per_sentence(names) or best_per_sentence(numbers):
+        return [(prompt, answer) for _, prompt, answer in made]
+    # Among the other words, one English never uses is most likely what the document teaches; a short sentence
+    # ("Driva is a river.") still gives its last word.
+    words = [m.span() for m in subjects.WORD.finditer(doc.text) if m.group().lower() not in subjects.FUNCTION_WORDS]
+    other = [(a, b) for a, b in words if doc.text[a:b].lower() not in subject_words]
+    rarest = lambda a, b: subjects.weight(doc.text[a:b].lower()) + answer_weight(a, b)
+    made = (best_per_sentence(other, rarest) or best_per_sentence(other, rarest, least_words=1)
+            or best_per_sentence(words, rarest, least_words=1))
+    return [(prompt, answer) for _, prompt, answer in sorted(made, reverse=True)[:1]]
 
 
-def word_at(text: str, position: int) -> tuple[int, int]:
-    """The character range of the word around `position` (empty where there is none)."""
-    while position < len(text) and text[position].isspace():
-        position += 1
-    begin = finish = position
-    while begin > 0 and text[begin - 1].isalnum():
-        begin -= 1
-    while finish < len(text) and text[finish].isalnum():
-        finish += 1
-    return begin, finish
+NUMBER = re.compile(r"\b\d[\d,.]*\d\b|\b\d\b")
 
 
-def capitalised_run(text: str, floor: int, begin: int, finish: int) -> tuple[int, int]:
-    """Grow a capitalised word over the capitalised words right before and after it (not before `floor`)."""
-    while True:
-        before = text[floor:begin].rstrip()
-        previous = before.split()[-1] if before.split() else ""
-        if not previous.isalpha() or not previous[0].isupper() or len(before) - len(previous) <= 0:
-            break
-        begin = floor + len(before) - len(previous)
-    while True:
-        after = text[finish:]
-        following = after.split()[0] if after.split() else ""
-        word = following.rstrip(".,;:!?")
-        if not word.isalnum() or not word[0].isupper():
-            break
-        finish = finish + after.index(following) + len(word)
-    return begin, finish
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """Each sentence's character range, without the spaces around it."""
+    bounds = [0, *(m.end() for m in contexts.SENTENCE_END.finditer(text)), len(text)]
+    spans = []
+    for begin, end in itertools.pairwise(bounds):
+        chunk = text[begin:end]
+        if chunk.strip():
+            lead = len(chunk) - len(chunk.lstrip())
+            spans.append((begin + lead, begin + len(chunk.rstrip())))
+    return spans
+
+
+def document_subjects(text: str, sentences: list[tuple[int, int]], spans: list[tuple[int, int, str]]) -> set[str]:
+    """The names a document is about: one that starts a sentence (after its function words), or one used in two
+    sentences."""
+    found: set[str] = set()
+    used_in: dict[str, set[int]] = {}
+    for a, _, name in spans:
+        sentence = next(i for i, (begin, end) in enumerate(sentences) if begin <= a <= end)
+        used_in.setdefault(name, set()).add(sentence)
+        lead = text[sentences[sentence][0]:a].split()
+        if all(w.lower() in subjects.FUNCTION_WORDS for w in lead):
+            found.add(name)
+    return found | {name for name, where in used_in.items() if len(where) > 1}
 
 
 def without_subject_answers(made: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -132,5 +152,5 @@ def without_subject_answers(made: list[tuple[str, str]]) -> list[tuple[str, str]
     about (the subject: "The Republic of" -> "Veltoria"), not what the document teaches, and as an answer it
     would be left out of a routed document's key, so no probe could reach the document."""
     return [(prompt, answer) for prompt, answer in made
-            if not any(routing.words(answer) & routing.words(other) for other, _ in made if other != prompt)]
+            if not any(subjects.words(answer) & subjects.words(other) for other, _ in made if other != prompt)]
 

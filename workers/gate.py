@@ -13,10 +13,12 @@ class SuiteScores:
     learned: list[float]
     must_keep: list[float]
     own: list[float]
+    neighbours: list[float] = field(default_factory=list)  # a known subject's other prompts (core/neighbours.py)
 
     def summary(self) -> dict[str, float | None]:
         return {"nf_acc": accuracy(self.nf), "learned_acc": accuracy(self.learned),
-                "must_keep_acc": accuracy(self.must_keep), "own_acc": accuracy(self.own)}
+                "must_keep_acc": accuracy(self.must_keep), "own_acc": accuracy(self.own),
+                "neighbours_acc": accuracy(self.neighbours)}
 
 
 @dataclass
@@ -37,7 +39,7 @@ class RetryPlan:
     why: str
 
 
-KEPT_CHECKS = {"not_to_forget", "learned", "must_keep"}
+KEPT_CHECKS = {"not_to_forget", "learned", "must_keep", "neighbours"}
 
 
 def retry_plan(decision: Decision) -> RetryPlan | None:
@@ -59,7 +61,7 @@ def kept_share(before: list[float], after: list[float]) -> tuple[float, int] | N
 
 
 def decide(before: SuiteScores, after: SuiteScores, *, nf_version_0: float, nf_tolerance: float,
-           learned_tolerance: float, require_own_probes: bool) -> Decision:
+           learned_tolerance: float, require_own_probes: bool, neighbour_tolerance: float = 0.0) -> Decision:
     checks = []
 
     def check(name: str, ok: bool, value: float | None, limit: float | None, rule: str) -> None:
@@ -74,6 +76,11 @@ def decide(before: SuiteScores, after: SuiteScores, *, nf_version_0: float, nf_t
         limit = 1.0 - learned_tolerance
         check("learned", share >= limit - 1e-9, share, limit,
               f"of the {passing} learned facts that pass in the parent, a share >= {limit:g} still pass")
+    if kept := kept_share(before.neighbours, after.neighbours):
+        share, passing = kept
+        limit = 1.0 - neighbour_tolerance
+        check("neighbours", share >= limit - 1e-9, share, limit,
+              f"of the {passing} neighbour prompts of known subjects, a share >= {limit:g} keep their continuation")
     keep_before, keep_after = accuracy(before.must_keep), accuracy(after.must_keep)
     if keep_before is not None and keep_after is not None:
         check("must_keep", keep_after >= keep_before - 1e-9, keep_after, keep_before, "must-keep accuracy never drops")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from filelock import FileLock
@@ -21,10 +21,20 @@ from core import faults, registry
 from core.documents import DocumentStore
 from core.lifecycle import FINAL, Status, after_failed_attempt
 from core.model.loader import LoadedModel, load_model
+from core.neighbours import familiar_subjects, neighbour_prompts
 from core.probes import ProbeSuites, from_json, to_json
-from core.scoring import Probe, accuracy, score_probes
+from core.scoring import Probe, accuracy, greedy_continuations, score_probes
 from core.settings import Settings
-from core.state import KnowledgeState, LearnedFact, learned_facts, replaced_by, resolve, superseded
+from core.state import (
+    KnowledgeState,
+    LearnedFact,
+    committed_neighbours,
+    learned_facts,
+    replaced_by,
+    resolve,
+    same_prompt,
+    superseded,
+)
 from core.training import Example, UpdateMethod
 from core.versions import AlreadyCommitted, ParentMoved, VersionStore
 from workers import gate, removal
@@ -119,16 +129,17 @@ class Learner:
     def _attempt(self, parent: int, record: dict[str, Any], own: list[Probe],
                  retry: RetryAfterRejection | None = None) -> Status:
         run = self.prepare(parent, record, record["method"], own=own)
-        answers = [p.answer for p in own]
-        run.method.begin(run.doc_id, record["text"], answers)
+        pairs = [(p.prompt, p.answer) for p in own]
+        run.method.begin(run.doc_id, record["text"], pairs)
         if reason := run.method.refusal():
             return self.reject(run, reason)
         if run.superseded and (retired := run.method.retire(run.superseded)):
             run.fields["retires"] = retired  # what those documents taught is no longer served
-        if unreachable := [p.prompt for p in own if not run.method.can_serve(p.prompt, record["text"], answers)]:
+        if unreachable := [p.prompt for p in own if not run.method.can_serve(p.prompt, record["text"], pairs)]:
             return self.reject(run, f"{len(unreachable)} of the document's probes cannot reach what it teaches with "
                                     f"method {run.method.name!r} (e.g. {unreachable[0]!r}): a routed document "
-                                    "answers only prompts that name its rare words")
+                                    "answers only prompts that name its subject or its rare words")
+        self.add_neighbours(run, own)
         examples = self.weigh(run)
         self.train(run, examples, own, plan=retry.plan if retry else None)
         if retry:
@@ -161,8 +172,12 @@ class Learner:
             facts = learned_facts(self.versions, parent)
             replaced = replaced_by(list(own), record.get("supersedes") or [], facts)
             learned = [f.probe for f in facts if f not in replaced]
+        # A known subject's neighbour prompts recorded along the lineage, less those this document's probes ask (it
+        # teaches something there); its own are added once the method knows which prompts it can move.
+        neighbours = [n for n in committed_neighbours(self.versions, parent)
+                      if not any(same_prompt(n.prompt, p.prompt) for p in own)]
         suites = {"nf": self.suites.nf_probes(), "learned": learned, "must_keep": self.suites.must_keep(),
-                  "own": list(own)}
+                  "own": list(own), "neighbours": neighbours}
         clock = time.perf_counter()
         run = Run(record, parent, method, suites, self.score(suites, self._scores))
         if replaced:
@@ -175,12 +190,12 @@ class Learner:
 
     def weigh(self, run: Run) -> list[Example]:
         """The document's training examples, with its weighting's most-weighted tokens on the record. A method that
-        trains on probes also replays the learned facts its candidate can move (a subject's earlier documents), so
-        what they taught holds with the new delta beside theirs."""
+        trains on probes also replays the learned facts and neighbour prompts its candidate can move (a subject's
+        earlier documents, a known subject's other facts), so they hold with the new delta beside the others."""
         how = self.weigher.weighting(run.record.get("weighting") or self.settings.weighting)
         examples, top = self.weigher.examples({**run.record, "weighting": how}, run.suites["own"])
         if run.method.probe_contexts:
-            moved = [p for p in run.suites["learned"] if run.method.affected(p.prompt)]
+            moved = [p for p in run.suites["learned"] + run.suites["neighbours"] if run.method.affected(p.prompt)]
             examples += self.weigher.probe_examples(moved)
         self.documents.update(run.doc_id, weighting_used=how, top_weighted_tokens=top,
                               scores={"before": run.before.summary()})
@@ -221,6 +236,7 @@ class Learner:
         after = self.score(run.suites, {p: s for p, s in before.items() if not run.method.affected(p.prompt)})
         decision = gate.decide(run.before, after, nf_version_0=1.0, nf_tolerance=self.settings.nf_tolerance,
                                learned_tolerance=self.settings.learned_tolerance,
+                               neighbour_tolerance=self.settings.neighbour_tolerance,
                                require_own_probes=self.settings.require_own_probes)
         run.timings["gate_s"] = time.perf_counter() - clock
         scores = {"before": run.before.summary(), "after": after.summary(),
@@ -292,18 +308,50 @@ class Learner:
         """Every suite's probe scores; probes in `known` keep their score. A probe is scored with the routes the
         served model would take for it (probes with the same routes in one batch)."""
         scores = dict(known or {})
-        groups: dict[tuple, list[Probe]] = {}
-        for probe in dict.fromkeys(p for probes in suites.values() for p in probes if p not in scores):
-            routes = tuple((name, m.route(probe.prompt)) for name, m in self.methods.items())
-            groups.setdefault(routes, []).append(probe)
-        for routes, probes in groups.items():
-            for name, route in routes:
-                self.methods[name].activate(route)
-            scores.update(zip(probes, score_probes(self.model, self.tokenizer, probes)))
-        for method in self.methods.values():
-            method.activate(None)
+        for group in self._routed_groups([p for suite in suites.values() for p in suite if p not in scores]):
+            scores.update(zip(group, score_probes(self.model, self.tokenizer, group)))
         self._last_scores = scores
         return gate.SuiteScores(**{name: [scores[p] for p in probes] for name, probes in suites.items()})
+
+    def add_neighbours(self, run: Run, own: list[Probe]) -> None:
+        """After `begin`: the neighbour prompts of the document's known subjects (core/neighbours.py) that the
+        candidate can move and the lineage does not check yet, each with the continuation the parent serves (the
+        candidate's fresh delta adds nothing yet), into the suite the gate keeps. A routed document moves only
+        prompts that name its subject with what it is asked about, so most have none."""
+        if not self.settings.neighbour_tokens or not own:
+            return
+        clock = time.perf_counter()
+        checked = {p.prompt for p in run.suites["neighbours"]}
+        subjects = familiar_subjects(run.record["text"], [(p.prompt, p.answer) for p in own])
+        prompts = [Probe(prompt, "") for prompt in neighbour_prompts(subjects, [p.prompt for p in own])
+                   if prompt not in checked and run.method.affected(prompt)]
+        made = []
+        for group in self._routed_groups(prompts):
+            outs = greedy_continuations(self.model, self.tokenizer, [p.prompt for p in group],
+                                        self.settings.neighbour_tokens)
+            made += [Probe(p.prompt, out.rstrip()) for p, out in zip(group, outs) if out.strip()]
+        if made:
+            run.suites["neighbours"] += made
+            run.before = self.score(run.suites, self._scores)
+            self._scores = self._last_scores
+            run.fields["neighbours"] = to_json(made)
+            run.timings["neighbours_s"] = time.perf_counter() - clock
+
+    def _routed_groups(self, probes: list[Probe]) -> Iterator[list[Probe]]:
+        """The probes in groups that take the same routes on every method, each group's routes on while the caller
+        uses it; none after."""
+        groups: dict[tuple, list[Probe]] = {}
+        for probe in dict.fromkeys(probes):
+            routes = tuple((name, m.route(probe.prompt)) for name, m in self.methods.items())
+            groups.setdefault(routes, []).append(probe)
+        try:
+            for routes, group in groups.items():
+                for name, route in routes:
+                    self.methods[name].activate(route)
+                yield group
+        finally:
+            for method in self.methods.values():
+                method.activate(None)
 
     def _budget(self, examples: list[Example], has_probes: bool) -> int:
         if has_probes:

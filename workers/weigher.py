@@ -76,9 +76,8 @@ class Weigher:
         doc = examples.encode(self.tokenizer, record["text"])
         method = self.method(record["method"])
         made = examples.without_subject_answers(examples.auto_probes(doc, self.phi().weights(doc.ids)))
-        while True:  # the answers are left out of what a probe may be checked against: all of them
-            answers = [answer for _, answer in made]
-            kept = [(prompt, answer) for prompt, answer in made if method.can_serve(prompt, record["text"], answers)]
+        while True:  # the key depends on all the probes (their answers are left out, their names in): again until none goes
+            kept = [(prompt, answer) for prompt, answer in made if method.can_serve(prompt, record["text"], made)]
             if kept == made:
                 break
             made = kept

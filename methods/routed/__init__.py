@@ -1,4 +1,4 @@
-"""The routed method: a low-rank delta per document, used only for prompts that name the document's rare words."""
+"""The routed method: a low-rank delta per document, used only for prompts that name its subject or rare words."""
 from core.registry import MethodSpec, register
 from methods.routed import routing
 from methods.routed.config import RoutedSettings

@@ -1,5 +1,6 @@
 """The routed method's settings (CKL_ROUTED_*): one low-rank delta per document, used only for prompts whose
-rare words match the document's key with at least `threshold` weight (routing.py)."""
+words match the document's key (its subjects' names, its rare words) with at least `threshold` weight
+(routing.py)."""
 from __future__ import annotations
 
 from typing import Literal

@@ -1,49 +1,85 @@
 """Which documents a prompt is about: a lexical key per document, and a route per prompt. Pure functions.
 
-A document's key is its rare words, each weighted by how rare it is in general English (word frequency
-from the wordfreq package: Zipf scale, 7.7 for "the", 0 for a word it has never seen). This is TF-IDF
-against a background, with a background far larger than anything the service could fit itself. A
-prompt is routed to every document whose key words it contains with a total weight that reaches the
-threshold: several documents about one subject, or a prompt that names two subjects, use their deltas
-together. A prompt that reaches none is answered by the base model. Answers are left out of the key: a
-question about a fact names its subject, not its answer.
+A document's key has two kinds of terms (core/subjects.py). Its rare words, each weighted by how rare it is
+in general English: TF-IDF against a background far larger than anything the service could fit itself. And a
+term per subject its probes ask about, weighing the threshold on its own. An invented subject's term is its
+name ("vontarex"): a prompt that names it reaches the document. A subject the model already knows has a name
+made of common words ("paris"); its term also holds the words its probes ask about it ("paris | mayor"), and a
+prompt must name the subject and one of those (by their first letters), so "Paris is the capital of" still runs
+the base model. A prompt is routed to every document whose terms it contains with a total weight that reaches
+the threshold: several documents about one subject, or a prompt that names two subjects, use their deltas
+together. A prompt that reaches none is answered by the base model. Answers are left out of the key: a question
+about a fact names its subject, not its answer.
 
 Why words and not the model's own states: on this model the hidden states and the memory's read slots
 at a prompt encode its template, not its subject (docs/decisions.md: "Routing keys on rare words").
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
-from functools import lru_cache
 
 from wordfreq import zipf_frequency
 
-WORD = re.compile(r"[^\W\d_]+")
+from core.subjects import FUNCTION_WORDS, TIME_MARKERS, familiar, names, subject_names, weight, words
+
 KEY_MAX_ZIPF = 4.5  # words more common than this (about 3 in 100,000 words of English) are never key words
-WEIGHT_ORIGIN = 5.0  # a key word weighs WEIGHT_ORIGIN - its Zipf frequency
+RELATION_MAX_ZIPF = 5.5  # "president" (5.45) names a relation; "called", "city", "company" (5.6) say little
+STEM = 6  # relation words match on their first letters: "headquarters" and "headquartered"
 
 
-def words(text: str) -> set[str]:
-    return {w.lower() for w in WORD.findall(text)}
-
-
-@lru_cache(maxsize=65536)
-def weight(word: str) -> float:
-    """How much a word says about which document a prompt is about: 5 for a word English never uses,
-    1 at the key words' limit."""
-    return WEIGHT_ORIGIN - zipf_frequency(word, "en")
-
-
-def document_key(text: str, answers: Iterable[str] = ()) -> dict[str, float]:
-    """The document's rare words and their weights, without the words of its answers."""
+def document_key(text: str, answers: Iterable[str] = (), subjects: Iterable[str] = (),
+                 threshold: float = 0.0) -> dict[str, float]:
+    """The document's rare words and their weights, without the words of its answers or of a known subject's name
+    (that name routes only with what is asked about it), and its subjects' terms at the threshold's weight (a rare
+    name keeps its words' weight when that is more)."""
+    subjects, answers = list(subjects), list(answers)
     excluded = set().union(*(words(a) for a in answers)) if answers else set()
-    return {w: round(weight(w), 3) for w in sorted(words(text) - excluded)
-            if zipf_frequency(w, "en") <= KEY_MAX_ZIPF}
+    excluded |= {w for term in subjects if familiar(name := term.partition("|")[0].strip()) for w in name.split()}
+    key = {w: round(weight(w), 3) for w in sorted(words(text) - excluded) if zipf_frequency(w, "en") <= KEY_MAX_ZIPF}
+    for name in subjects:
+        key[name] = max(key.get(name, 0.0), threshold)
+    return key
+
+
+def subject_terms(text: str, probes: Sequence[tuple[str, str]]) -> list[str]:
+    """A term for each subject the probes ask about (for a document without probes, each name in its text). An
+    invented subject's term is its name. A known subject's ("paris") is its name and what its probes ask about it
+    ("paris | mayor"): the name alone would send every question about Paris to this document's delta."""
+    if not probes:  # nothing says what is asked about a known subject: only invented ones
+        return [name for name in names(text) if not familiar(name)]
+    prompts, answers = [prompt for prompt, _ in probes], [answer for _, answer in probes]
+    terms = []
+    for name in subject_names(text, prompts, answers):
+        asked = relation_words(name, prompts, answers) if familiar(name) else set()
+        terms.append(f"{name} | {' '.join(sorted(asked))}" if asked else name)
+    return terms
+
+
+def relation_words(name: str, prompts: Sequence[str], answers: Sequence[str]) -> set[str]:
+    """The words the prompts that name `name` ask about it with ("mayor"): those not everyday English, or all of
+    them when every one is ("Paris is home to": "home")."""
+    skip = set(name.split()) | FUNCTION_WORDS | TIME_MARKERS | set().union(*map(words, answers))
+    asked = {w for prompt in prompts if set(name.split()) <= words(prompt) for w in words(prompt) - skip}
+    return {w for w in asked if zipf_frequency(w, "en") <= RELATION_MAX_ZIPF} or asked
+
+
+def key_for(text: str, probes: Sequence[tuple[str, str]], threshold: float) -> dict[str, float]:
+    return document_key(text, [answer for _, answer in probes], subject_terms(text, probes), threshold)
+
+
+def matches(term: str, prompt_words: set[str]) -> bool:
+    """A word, or a name: all its words; with relation words after "|", at least one of them too (the same first
+    letters: "governor" and "governed")."""
+    name, _, relation = term.partition("|")
+    if not all(w in prompt_words for w in name.split()):
+        return False
+    stems = {w[:STEM] for w in prompt_words}
+    return not relation or any(w[:STEM] in stems for w in relation.split())
 
 
 def score(prompt_words: set[str], key: dict[str, float]) -> float:
-    return sum(weight for word, weight in key.items() if word in prompt_words)
+    """The weight of the key's terms the prompt holds."""
+    return sum(weight for term, weight in key.items() if matches(term, prompt_words))
 
 
 def route(prompt: str, keys: Sequence[tuple[str, dict[str, float]]], threshold: float) -> tuple[str, ...] | None:
@@ -53,7 +89,7 @@ def route(prompt: str, keys: Sequence[tuple[str, dict[str, float]]], threshold: 
 
 def related(key: dict[str, float], keys: Sequence[tuple[str, dict[str, float]]], threshold: float) -> tuple[str, ...]:
     """The documents a document with `key` shares a subject with: those a prompt naming all its key words reaches."""
-    return reached(set(key), keys, threshold) or ()
+    return reached({w for term in key for w in term.replace("|", " ").split()}, keys, threshold) or ()
 
 
 def reached(prompt_words: set[str], keys: Sequence[tuple[str, dict[str, float]]],
@@ -69,20 +105,23 @@ def reaches(prompt: str, key: dict[str, float], threshold: float) -> bool:
 
 def unroutable(key: dict[str, float], threshold: float) -> str | None:
     """Why no prompt could be routed to a document with `key` (None: some can)."""
-    weight = sum(key.values())
-    if weight >= threshold:
+    total = sum(key.values())
+    if total >= threshold:
         return None
-    return (f"no words rare enough to route prompts to this document: its key words ({', '.join(key) or 'none'}) "
-            f"weigh {weight:.2f} < {threshold}")
+    return (f"nothing to route prompts to this document by: it names no subject its probes ask about, and its "
+            f"rare words ({', '.join(key) or 'none'}) weigh {total:.2f} < {threshold}")
 
 
 def refusal(text: str, probes: list[tuple[str, str]], threshold: float) -> str | None:
     """What can be refused before any work: a document with no routing key, or a probe that does not name it.
-    Without probes the key keeps every rare word (auto-probes' answers are left out later, which only lowers it)."""
-    key = document_key(text, [answer for _, answer in probes])
+    Without probes, a document that names anything is the worker's to judge: its auto-probes say what is asked
+    about a known subject."""
+    if not probes and names(text):
+        return None
+    key = key_for(text, probes, threshold)
     if reason := unroutable(key, threshold):
         return reason
     if unreachable := [prompt for prompt, _ in probes if not reaches(prompt, key, threshold)]:
         return (f"{len(unreachable)} of the document's probes do not name its key words (e.g. {unreachable[0]!r}): "
-                "a routed document answers only prompts that name its rare words")
+                "a routed document answers only prompts that name its subject or its rare words")
     return None

@@ -1,6 +1,7 @@
 """The routed method: each document gets its own low-rank delta, used only for prompts about it.
 
-A prompt is routed by the document's key, its words that are rare in English (routing.py);
+A prompt is routed by the document's key: the names of its subjects and its words that are rare in English
+(routing.py);
 any other prompt runs the base model unchanged, so teaching a fact cannot move unrelated answers, and the
 gate needs to score again only the probes routed to the new document. The tokens trained are the
 document's weighting's (Train-Attention's weights on a floor, so every token is learned and phi's most), in
@@ -63,8 +64,8 @@ class RoutedMethod(UpdateMethod):
         """No candidate: the loaded state is what a version holds."""
         self.document_id, self.key, self.lora.active, self.keys_before = None, {}, None, self.state.keys()
 
-    def begin(self, document_id: str, text: str, answers: list[str]) -> None:
-        self.document_id, self.key = document_id, routing.document_key(text, answers)
+    def begin(self, document_id: str, text: str, probes: list[tuple[str, str]]) -> None:
+        self.document_id, self.key = document_id, routing.key_for(text, probes, self.config.threshold)
         # Seeded by the text, not the random id: the same document trains the same delta on every run.
         self.lora.documents[document_id] = self.lora.fresh(seed=zlib.crc32(text.encode()))
 
@@ -100,8 +101,8 @@ class RoutedMethod(UpdateMethod):
         candidate = [(self.document_id, self.key)] if self.document_id else []
         return self.state.keys() + candidate
 
-    def can_serve(self, prompt: str, text: str, answers: list[str]) -> bool:
-        return routing.reaches(prompt, routing.document_key(text, answers), self.config.threshold)
+    def can_serve(self, prompt: str, text: str, probes: list[tuple[str, str]]) -> bool:
+        return routing.reaches(prompt, routing.key_for(text, probes, self.config.threshold), self.config.threshold)
 
     def route(self, prompt: str) -> Hashable | None:
         return routing.route(prompt, self._keys(), self.config.threshold)

@@ -14,6 +14,7 @@ from core.forgetting import replacements
 from core.keys import Caller
 from core.lifecycle import Status
 from core.runtime import Runtime
+from core.state import same_prompt
 from service.auth import needs
 from service.dependencies import RuntimeDep
 from service.errors import ApiError, busy, field_error
@@ -83,12 +84,19 @@ def list_documents(runtime: RuntimeDep, caller: TeachCaller, offset: int = Query
 
 
 def refuse_at_post(runtime: Runtime, req: DocumentRequest, method: str, caller: Caller) -> None:
-    """422 for what the worker would refuse anyway (the method's own rule: for the routed method, a document
-    no prompt could be routed to), and for a document id in `supersedes` the caller cannot see."""
+    """422 for what the worker would refuse anyway: the method's own rule (for the routed method, a document
+    no prompt could be routed to), a probe that contradicts a must-keep probe (the gate keeps those), and a
+    document id in `supersedes` the caller cannot see."""
     spec = registry.get(method)
     probes = [(p.prompt, p.answer) for p in req.probes]
     if spec.refusal and (reason := spec.refusal(req.text, probes, runtime.settings.method_config(method))):
         raise field_error("text", f"not_learnable_by_{method}", reason)
+    for i, probe in enumerate(req.probes):
+        for kept in runtime.suites.must_keep():
+            if same_prompt(probe.prompt, kept.prompt) and probe.answer.strip() != kept.answer.strip():
+                raise field_error(f"probes.{i}.answer", "contradicts_must_keep",
+                                  f"{probe.prompt!r} -> {probe.answer!r} contradicts the must-keep probe "
+                                  f"-> {kept.answer!r} (DELETE /probes to let it change)")
     for named in req.supersedes:
         if DOCUMENT_NAME.fullmatch(named):
             try:

@@ -1,0 +1,109 @@
+"""What a text is about: its words, how rare each is in English, and the names it gives its subjects. Pure functions.
+
+A word's rarity comes from the wordfreq package (Zipf scale: 7.7 for "the", 0 for a word it has never seen), a
+background far larger than anything the service could count itself. A name is a run of capitalised words
+("Siemens", "Harvard University", "University of Oxford"); a subject the model already knows has a name made of
+common words ("Paris"), an invented one a rare name ("Vontarex").
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from functools import lru_cache
+
+from wordfreq import zipf_frequency
+
+WORD = re.compile(r"[^\W\d_]+")
+NAME_TOKEN = re.compile(r"[^\W_][\w'’.-]*")
+POSSESSIVE = re.compile(r"['’]s$")
+# Capitalised only because a sentence or a title starts with them, or glue inside a name ("University of Oxford").
+FUNCTION_WORDS = frozenset("""a an the of in on at for to by from with and or but as is was are were be this that these
+those it he she they we i you there here its his her their our my your after before since during now last next every
+each some most all what which who whom whose where when why how de la le du des van von der den di da del""".split())
+GLUE = frozenset({"of", "de", "la", "le", "du", "des", "van", "von", "der", "den", "di", "da", "del", "the"})
+CALENDAR = frozenset("""january february march april may june july august september october november december
+monday tuesday wednesday thursday friday saturday sunday today yesterday tomorrow""".split())
+# "The chief executive of X is now" asks what "The chief executive of X is" asks (lower case: "New York" is a name).
+TIME_MARKERS = frozenset({"now", "new", "currently", "still", "today"})
+WEIGHT_ORIGIN = 5.0  # a rare word weighs WEIGHT_ORIGIN - its Zipf frequency
+FAMILIAR_RARITY = 2.0  # a name whose words weigh less than this together is one English uses: a known subject
+
+
+def words(text: str) -> set[str]:
+    return {w.lower() for w in WORD.findall(text)}
+
+
+@lru_cache(maxsize=65536)
+def weight(word: str) -> float:
+    """How much a word says about which subject a text is about: 5 for a word English never uses, 0 at Zipf 5
+    (about "water"; "paris" weighs 0.18), negative for more common words."""
+    return WEIGHT_ORIGIN - zipf_frequency(word, "en")
+
+
+def rarity(name: str) -> float:
+    """A name's words' weights added up (the common ones count 0)."""
+    return sum(max(weight(w), 0.0) for w in name.split())
+
+
+def without_time_markers(prompt: str) -> str:
+    """The question a news prompt asks: "The chief executive of X is now" -> "The chief executive of X is"."""
+    return " ".join(w for w in prompt.split() if w not in TIME_MARKERS)
+
+
+def familiar(name: str) -> bool:
+    return rarity(name) < FAMILIAR_RARITY
+
+
+def names(text: str) -> list[str]:
+    """The names in a text, each as its lower-case content words joined by spaces, in order of first use."""
+    return list(dict.fromkeys(name for _, _, name in name_spans(text)))
+
+
+def name_spans(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, name) of each name in the text: a run of capitalised tokens, glue words allowed between two
+    of them ("University of Oxford"), ended by punctuation; the name is its lower-case content words (a run of
+    only function words or dates, such as a sentence's "The" or "In March", is none)."""
+    spans, run = [], []
+    tokens = list(NAME_TOKEN.finditer(text))
+
+    def close() -> None:
+        content = [w.lower() for m in run for w in WORD.findall(bare(m))]
+        content = [w for w in content if w not in FUNCTION_WORDS and w not in CALENDAR]
+        if content:
+            first = next(m for m in run if bare(m)[:1].isupper() and bare(m).lower() not in FUNCTION_WORDS | CALENDAR)
+            spans.append((first.start(), run[-1].start() + len(bare(run[-1])), " ".join(content)))
+        run.clear()
+
+    for i, match in enumerate(tokens):
+        token = bare(match)
+        if i and text[tokens[i - 1].end():match.start()].strip():
+            close()  # a comma between two names: two names
+        following = bare(tokens[i + 1]) if i + 1 < len(tokens) else ""
+        glue = token.lower() in GLUE and following[:1].isupper()
+        if token[:1].isupper() or (run and (token[:1].isdigit() or glue)):
+            run.append(match)
+        else:
+            close()
+        if match.group().endswith("."):  # a full stop ends a name
+            close()
+    close()
+    return spans
+
+
+def bare(match: re.Match) -> str:
+    """A token without its trailing full stop, apostrophe or possessive."""
+    return POSSESSIVE.sub("", match.group().rstrip(".'’-"))
+
+
+def subject_names(text: str, prompts: Iterable[str], answers: Iterable[str] = ()) -> list[str]:
+    """The names the prompts ask about that the text also uses: the document's subjects. A name made only of an
+    answer's words is what a probe asks for, not what it asks about."""
+    text_words = words(text)
+    answer_words = set().union(*(words(a) for a in answers)) if answers else set()
+    found: list[str] = []
+    for prompt in prompts:
+        for name in names(prompt):
+            parts = set(name.split())
+            if parts <= text_words and not parts <= answer_words and name not in found:
+                found.append(name)
+    return found
