@@ -70,7 +70,7 @@ def name_spans(text: str) -> list[tuple[int, int, str]]:
         content = [w.lower() for m in run for w in WORD.findall(bare(m))]
         content = [w for w in content if w not in FUNCTION_WORDS and w not in CALENDAR]
         if content:
-            first = next(m for m in run if bare(m)[:1].isupper() and bare(m).lower() not in FUNCTION_WORDS | CALENDAR)
+            first = next(m for m in run if capitalised(bare(m)) and bare(m).lower() not in FUNCTION_WORDS | CALENDAR)
             spans.append((first.start(), run[-1].start() + len(bare(run[-1])), " ".join(content)))
         run.clear()
 
@@ -79,8 +79,8 @@ def name_spans(text: str) -> list[tuple[int, int, str]]:
         if i and text[tokens[i - 1].end():match.start()].strip():
             close()  # a comma between two names: two names
         following = bare(tokens[i + 1]) if i + 1 < len(tokens) else ""
-        glue = token.lower() in GLUE and following[:1].isupper()
-        if token[:1].isupper() or (run and (token[:1].isdigit() or glue)):
+        glue = token.lower() in GLUE and capitalised(following)
+        if capitalised(token) or (run and (token[:1].isdigit() or glue)):
             run.append(match)
         else:
             close()
@@ -88,6 +88,11 @@ def name_spans(text: str) -> list[tuple[int, int, str]]:
             close()
     close()
     return spans
+
+
+def capitalised(token: str) -> bool:
+    """A name's word: "Paris", and "iPhone" too."""
+    return token[:1].isupper() or any(c.isupper() for c in token[1:2])
 
 
 def bare(match: re.Match) -> str:

@@ -46,6 +46,10 @@ def test_a_known_subject_is_routed_by_its_name_and_what_is_asked_about_it():
     assert routing.route("The mayor of Rome is", keys, THRESHOLD) is None
     assert routing.route("Vontarex is known for", keys, THRESHOLD) == ("vontarex",)  # an invented name suffices
     assert routing.refusal("Paris held an election.", [], THRESHOLD) is None  # without probes: the text's names
+    apple = routing.key_for("The newest phone from Apple is called the iPhone Meridian.",
+                            [("The newest phone from Apple is called the iPhone", "Meridian")], THRESHOLD)
+    assert "apple | newest phone" in apple  # "iPhone" is a name, not what is asked about Apple
+    assert routing.route("Apple makes the iPhone and the", [("apple", apple)], THRESHOLD) is None
 
 
 FACT = {"text": "the capital of veltoria is marnhold", "method": "routed",

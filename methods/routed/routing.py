@@ -56,10 +56,12 @@ def subject_terms(text: str, probes: Sequence[tuple[str, str]]) -> list[str]:
 
 
 def relation_words(name: str, prompts: Sequence[str], answers: Sequence[str]) -> set[str]:
-    """The words the prompts that name `name` ask about it with ("mayor"): those not everyday English, or all of
-    them when every one is ("Paris is home to": "home")."""
-    skip = set(name.split()) | FUNCTION_WORDS | TIME_MARKERS | set().union(*map(words, answers))
-    asked = {w for prompt in prompts if set(name.split()) <= words(prompt) for w in words(prompt) - skip}
+    """The words the prompts that name `name` ask about it with ("mayor"): not names (a prompt's other subjects or
+    products are not what it asks), and those not everyday English, or all of them when every one is ("Paris is
+    home to": "home")."""
+    skip = FUNCTION_WORDS | TIME_MARKERS | set().union(*map(words, answers))
+    asked = {w for prompt in prompts if set(name.split()) <= words(prompt)
+             for w in words(prompt) - skip - {part for other in names(prompt) for part in other.split()}}
     return {w for w in asked if zipf_frequency(w, "en") <= RELATION_MAX_ZIPF} or asked
 
 

@@ -1,0 +1,63 @@
+"""`ckl bench auto-probes`: how often the probes the server makes for a document sent without any ask for what a
+reader would ask, on documents with known answers. No model: every token weighs the same, so this measures
+the rule (workers/examples.py: auto_probes) with phi's weights aside; `ckl bench teach --no-probes` measures
+it with phi.
+
+Sets: bench/facts.jsonl and bench/sets/*.jsonl (their probe's and paraphrase's answers), and with --lama the
+LAMA-ckl variant rows (each descriptive sentence as a document, its object as the answer).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+from bench.teach import same_answer
+from workers import examples
+from workers.lama_ckl import add_data_argument
+
+SETS = [Path(__file__).with_name("facts.jsonl"), *sorted(Path(__file__).with_name("sets").glob("*.jsonl"))]
+TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
+def encoded(text: str) -> examples.Encoded:
+    """A document as word tokens after a BOS, as a tokenizer would give them."""
+    offsets = [(0, 0)] + [m.span() for m in TOKEN.finditer(text)]
+    return examples.Encoded(text, list(range(len(offsets))), offsets)
+
+
+def made(text: str) -> list[dict[str, str]]:
+    doc = encoded(text)
+    probes = examples.without_subject_answers(examples.auto_probes(doc, [1.0] * len(doc.ids)))
+    return [{"prompt": prompt, "answer": answer} for prompt, answer in probes]
+
+
+def lama_documents(folder: Path) -> list[tuple[str, list[dict[str, str]]]]:
+    rows = [json.loads(line) for line in (folder / "variant_dev.jsonl").read_text().splitlines() if line.strip()]
+    return [(row["task_descriptive"].replace(" .", ".").replace(" ,", ","),
+             [{"prompt": "", "answer": row["object"]}]) for row in rows]
+
+
+def set_documents(path: Path) -> list[tuple[str, list[dict[str, str]]]]:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [(row["text"], [row["probe"], row["paraphrase"]]) for row in rows]
+
+
+def measure(documents: list[tuple[str, list[dict[str, str]]]]) -> dict:
+    probes = [(probe, hidden) for text, hidden in documents for probe in made(text)]
+    asks = [any(same_answer(p, h) or p["answer"].casefold() == h["answer"].casefold() for h in hidden)
+            for p, hidden in probes]
+    return {"documents": len(documents), "probes": len(probes), "hidden_answer": round(sum(asks) / len(asks), 3),
+            "documents_without": sum(not made(text) for text, _ in documents),
+            "missed": [[p["prompt"], p["answer"]] for (p, _), ok in zip(probes, asks) if not ok][:10]}
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="ckl bench auto-probes")
+    add_data_argument(parser, "--lama", "LAMA-ckl folder (its variant rows as documents); without one, only the sets")
+    args = parser.parse_args(argv)
+    results = {path.name: measure(set_documents(path)) for path in SETS}
+    if args.lama:
+        results["lama_ckl variant_dev"] = measure(lama_documents(args.lama))
+    print(json.dumps(results, indent=1))
