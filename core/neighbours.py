@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core.subjects import FUNCTION_WORDS, familiar, name_spans, subject_names, words
-
-STEM = 6  # "founder" asks what "founded" asks
+from core.subjects import FUNCTION_WORDS, familiar, name_spans, stems, subject_names, words
 
 TEMPLATES = ("{} is a", "{} is known for", "{} was founded", "{} is located in", "The history of {}")
 
@@ -27,6 +25,6 @@ def familiar_subjects(text: str, probes: Sequence[tuple[str, str]]) -> list[str]
 def neighbour_prompts(subjects: Sequence[str], asked: Sequence[str] = ()) -> list[str]:
     """The templates for each subject, less those that ask what the document's own probes (`asked`) ask: "Siemens
     is located in" is no neighbour of a document that moves Siemens."""
-    taken = {w[:STEM] for prompt in asked for w in words(prompt) - FUNCTION_WORDS}
+    taken = stems(w for prompt in asked for w in words(prompt) - FUNCTION_WORDS)
     return [template.format(subject) for subject in subjects for template in TEMPLATES
-            if not {w[:STEM] for w in words(template) - FUNCTION_WORDS} & taken]
+            if not stems(words(template) - FUNCTION_WORDS) & taken]

@@ -26,6 +26,7 @@ monday tuesday wednesday thursday friday saturday sunday today yesterday tomorro
 # "The chief executive of X is now" asks what "The chief executive of X is" asks (lower case: "New York" is a name).
 TIME_MARKERS = frozenset({"now", "new", "currently", "still", "today"})
 WEIGHT_ORIGIN = 5.0  # a rare word weighs WEIGHT_ORIGIN - its Zipf frequency
+STEM = 6  # the letters `stems` keeps
 FAMILIAR_RARITY = 2.0  # a name whose words weigh less than this together is one English uses: a known subject
 
 
@@ -43,6 +44,12 @@ def weight(word: str) -> float:
 def rarity(name: str) -> float:
     """A name's words' weights added up (the common ones count 0)."""
     return sum(max(weight(w), 0.0) for w in name.split())
+
+
+def stems(ws: Iterable[str]) -> set[str]:
+    """Words by their first letters, so a relation asked in another form still matches: "headquarters" and
+    "headquartered", "founder" and "founded"."""
+    return {w[:STEM] for w in ws}
 
 
 def without_time_markers(prompt: str) -> str:

@@ -20,11 +20,10 @@ from collections.abc import Iterable, Sequence
 
 from wordfreq import zipf_frequency
 
-from core.subjects import FUNCTION_WORDS, TIME_MARKERS, familiar, names, subject_names, weight, words
+from core.subjects import FUNCTION_WORDS, TIME_MARKERS, familiar, names, stems, subject_names, weight, words
 
 KEY_MAX_ZIPF = 4.5  # words more common than this (about 3 in 100,000 words of English) are never key words
 RELATION_MAX_ZIPF = 5.5  # "president" (5.45) names a relation; "called", "city", "company" (5.6) say little
-STEM = 6  # relation words match on their first letters: "headquarters" and "headquartered"
 
 
 def document_key(text: str, answers: Iterable[str] = (), subjects: Iterable[str] = (),
@@ -75,8 +74,7 @@ def matches(term: str, prompt_words: set[str]) -> bool:
     name, _, relation = term.partition("|")
     if not all(w in prompt_words for w in name.split()):
         return False
-    stems = {w[:STEM] for w in prompt_words}
-    return not relation or any(w[:STEM] in stems for w in relation.split())
+    return not relation or bool(stems(relation.split()) & stems(prompt_words))
 
 
 def score(prompt_words: set[str], key: dict[str, float]) -> float:
