@@ -99,7 +99,7 @@ def name_spans(text: str) -> list[tuple[int, int, str]]:
 
 def capitalised(token: str) -> bool:
     """A name's word: "Paris", and "iPhone" too."""
-    return token[:1].isupper() or any(c.isupper() for c in token[1:2])
+    return token[:1].isupper() or token[1:2].isupper()
 
 
 def bare(match: re.Match) -> str:
