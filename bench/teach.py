@@ -1,7 +1,7 @@
 """`ckl bench teach`: teach N documents one after another through the HTTP API (bench/facts.jsonl: one fact
 about each of many invented subjects; bench/sets/: streams of several documents per subject, some replacing an
 earlier fact, `replaces` naming its probe's prompt, and news about well-known subjects with `neighbours`, the
-subject's other prompts).
+subject's other prompts; and pairs of facts whose second paraphrase needs both, `two_facts`).
 
 Reports, for the method asked (default: the server's):
 - committed / rejected / failed, and seconds from POST to a final status (p50, p95) and in the gate;
@@ -91,7 +91,7 @@ def teach(url: str, facts: list[dict], method: str | None, weighting: str | None
         nf = httpx.get(f"{url}/health/forgetting", timeout=60).json()["not_to_forget"]["acc_now"]
         rows.append({"fact": i, "status": record["status"], "seconds": round(seconds, 2),
                      "steps": (record.get("training") or {}).get("steps"),
-                     "gate_s": record["timings"].get("gate_s"), "nf_acc_after": nf,
+                     "gate_s": record["timings"].get("gate_s"), "timings": record["timings"], "nf_acc_after": nf,
                      "reason": None if record["status"] == "committed" else (record["gate"] or {}).get("reason")
                      or record.get("error"), "auto_probes": record.get("auto_probes")})
         print(json.dumps(rows[-1]), flush=True)
@@ -133,6 +133,7 @@ def retrieval(url: str, facts: list[dict], current: list[dict]) -> dict:
     probe = [retrieval_answers(url, f["probe"], documents) for f in current]
     paraphrase = [retrieval_answers(url, f["paraphrase"], documents) for f in current]
     return {"reliability": share([ok for ok, _ in probe]), "generalization": share([ok for ok, _ in paraphrase]),
+            "two_facts": share([ok for f, (ok, _) in zip(current, paraphrase) if f.get("two_facts")]),
             "prompt_tokens_added": statistics.mean(n for _, n in probe + paraphrase) if current else None}
 
 
@@ -170,6 +171,8 @@ def run(url: str, facts: list[dict], method: str | None, weighting: str | None =
         "generalization": share([general[id(f)] for f in committed]),
         "reliability_all": share(list(reliable.values())),
         "generalization_all": share(list(general.values())),
+        # A question that needs two taught facts (a fact's `two_facts` paraphrase, bench/sets/two-facts.jsonl).
+        "two_facts": share([general[id(f)] for f in current if f.get("two_facts")]),
         "nf_acc_min": min(nf) if nf else None,
         "nf_acc_after_each": nf,
         "general_prompts_unchanged": share([a == b for a, b in zip(before, after)]),

@@ -79,6 +79,10 @@ class Settings(BaseSettings):
     # The learning loop every method shares.
     max_steps: int = Field(32, gt=0)
     check_every: int = Field(2, gt=0)
+    # Rows of earlier facts replayed in each step beside all of the document's own (a method that trains on
+    # probes), those whose loss was highest: a step costs the same for the tenth document about a subject as for
+    # the first (docs/decisions.md: "Replay: the facts most at risk, a few rows per step").
+    replay_rows: int = Field(2, ge=0)
     # A new fact's first gradients are large enough to blow plain SGD up unclipped
     # (docs/decisions.md: Gradient clipping at norm 1). 0 turns it off.
     max_grad_norm: float = Field(1.0, ge=0)

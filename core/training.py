@@ -56,20 +56,33 @@ def weighted_positions(examples: list[Example], device: torch.device):
         as_tensor(weights, torch.float32)
 
 
-def weighted_nll(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor, rows: torch.Tensor,
-                 n_rows: int) -> torch.Tensor:
-    """L = mean over sequences of sum_i w_i * nll_i / sum_i w_i (only weighted positions are passed in)."""
+def sequence_nll(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor, rows: torch.Tensor,
+                 n_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each sequence's sum_i w_i * nll_i / sum_i w_i (only weighted positions are passed in), and which sequences
+    have any weight (the others' value is 0)."""
     nll = nn.functional.cross_entropy(logits.float(), targets, reduction="none")
     num = torch.zeros(n_rows, device=logits.device).index_add(0, rows, weights * nll)
     den = torch.zeros(n_rows, device=logits.device).index_add(0, rows, weights)
     used = den > 0
-    return (num[used] / den[used]).mean()
+    return torch.where(used, num / den.clamp_min(torch.finfo(den.dtype).tiny), 0.0), used
+
+
+def weighted_nll(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor, rows: torch.Tensor,
+                 n_rows: int) -> torch.Tensor:
+    """L = mean over sequences of sum_i w_i * nll_i / sum_i w_i."""
+    per_sequence, used = sequence_nll(logits, targets, weights, rows, n_rows)
+    return per_sequence[used].mean()
 
 
 def batches(examples: list[Example], size: int, steps: int) -> list[list[Example]]:
     """`steps` batches of `size` examples taken in order, wrapping around."""
     size = min(size, len(examples))
     return [[examples[(step * size + i) % len(examples)] for i in range(size)] for step in range(steps)]
+
+
+def most_at_risk(losses: list[float], n: int) -> list[int]:
+    """The `n` replayed rows to train next: those with the highest loss, the first of equal ones."""
+    return sorted(range(len(losses)), key=lambda i: (-losses[i], i))[:n]
 
 
 def make_optimizer(name: str, params: list[nn.Parameter], lr: float) -> torch.optim.Optimizer:
@@ -169,16 +182,32 @@ class UpdateMethod(ABC):
     def optimizer(self, learning_rate: float | None = None) -> torch.optim.Optimizer:
         return make_optimizer(self.config.optimizer, self.parameters(), learning_rate or self.config.learning_rate)
 
-    def loss(self, batch: list[Example]) -> torch.Tensor:
+    def losses(self, batch: list[Example]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each example's weighted loss, and which examples have any weight (sequence_nll)."""
         ids, mask = pad_batch([e.input_ids for e in batch], self.tokenizer.pad_token_id or 0, self.device)
         rows, cols, targets, weights = weighted_positions(batch, self.device)
-        return weighted_nll(logits_at(self.model, ids, mask, rows, cols), targets, weights, rows, len(batch))
+        return sequence_nll(logits_at(self.model, ids, mask, rows, cols), targets, weights, rows, len(batch))
+
+    @torch.no_grad()
+    def measured_losses(self, examples: list[Example], batch_size: int) -> list[float]:
+        """Each example's loss under the current state, nothing trained."""
+        return [value for i in range(0, len(examples), batch_size)
+                for value in self.losses(examples[i:i + batch_size])[0].tolist()]
+
+    def loss(self, batch: list[Example]) -> torch.Tensor:
+        per_example, used = self.losses(batch)
+        return per_example[used].mean()
 
     def train(self, examples: list[Example], budget: int, probes_pass: Callable[[], bool] = lambda: False,
               progress: Progress = lambda step, steps: None, optimizer: torch.optim.Optimizer | None = None,
-              batch_size: int = 8) -> TrainReport:
+              batch_size: int = 8, replay: list[Example] = ()) -> TrainReport:
         """Train from the loaded state for `budget` steps, or until `probes_pass()` (checked every few steps)
         and then `extra_steps` more, after which the probes must still pass (else training goes on).
+
+        `replay`: what must hold beside the new knowledge (earlier facts). Each step trains all of `examples` (up
+        to `batch_size`) and `replay_rows` of the replayed ones, those with the highest loss (measured without
+        training every `check_every` steps, and as trained in between): a step costs the same however much is
+        replayed, and it goes where the new delta pulls earlier facts away.
 
         A document gets a fresh optimizer (moments from another document say nothing about this one);
         a caller that trains over several calls (the benchmark's epochs) passes its own.
@@ -190,9 +219,18 @@ class UpdateMethod(ABC):
             p.requires_grad_(True)
         report = TrainReport(steps=0, stopped_early=False)
         passed_at: int | None = None
-        for step, batch in enumerate(batches(examples, batch_size, budget + self.extra_steps)):
+        steps = budget + self.extra_steps
+        replay_losses: list[float] = []
+        for step, own in enumerate(batches(examples, batch_size, steps)):
+            if replay and step % self.settings.check_every == 0:  # what the delta pulls away changes as it grows
+                replay_losses = self.measured_losses(replay, batch_size)
+            replayed = most_at_risk(replay_losses, self.settings.replay_rows)
+            batch = own + [replay[i] for i in replayed]
             with torch.enable_grad():
-                loss = self.loss(batch)
+                per_example, used = self.losses(batch)
+                loss = per_example[used].mean()
+                for i, value in zip(replayed, per_example[len(own):].tolist(), strict=True):
+                    replay_losses[i] = value
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 self.restrict_gradients(batch)
@@ -201,7 +239,7 @@ class UpdateMethod(ABC):
                 optimizer.step()
             report.steps = step + 1
             report.losses.append(round(float(loss.detach()), 4))
-            progress(step + 1, budget + self.extra_steps)
+            progress(step + 1, steps)
             if passed_at is None and (step + 1) % self.settings.check_every == 0 and probes_pass():
                 passed_at = step + 1
             elif passed_at is not None and step + 1 >= passed_at + self.extra_steps:

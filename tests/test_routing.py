@@ -11,11 +11,12 @@ from tests.tiny import tiny_loaded
 THRESHOLD = 2.0
 
 
-def test_a_key_is_the_documents_rare_words_without_its_answers():
+def test_a_key_is_the_documents_rare_words_its_answers_marked():
     key = routing.document_key("The capital of Veltoria is Marnhold, a port city.", answers=["Marnhold"])
-    assert set(key) == {"veltoria"} and key["veltoria"] == 5.0
+    assert key == {"veltoria": 5.0, "= marnhold": 5.0}
     assert routing.document_key("The Drift scooter is made by Wenmark Motors.", ["Wenmark Motors"]).keys() == \
-        {"drift", "scooter"}  # common words are never key words; two rarer ones can route together
+        {"drift", "scooter", "= wenmark", "= motors"}  # common words are never key words; two rarer ones can route
+    assert routing.unroutable({"= marnhold": 5.0}, THRESHOLD)  # a question does not name its answer
 
 
 def test_a_prompt_goes_to_every_document_it_names_or_to_none():
@@ -28,6 +29,11 @@ def test_a_prompt_goes_to_every_document_it_names_or_to_none():
     assert routing.route("Snow drift closed the road", keys, THRESHOLD) is None  # one rare-ish word is not enough
     assert routing.route("The capital of France is", keys, THRESHOLD) is None
     assert routing.related(keys[2][1], keys, THRESHOLD) == ("a", "c")  # the documents a new one shares a subject with
+    assert routing.related(keys[0][1], keys[:1] + [("d", routing.document_key("Marnhold has a port.", []))],
+                           THRESHOLD) == ("a",)  # an answer is not what a document is about
+    # A subject named by one of its facts: the document reached by its answer brings its subject's others.
+    assert routing.route("The flag of the country whose capital is Marnhold is", keys, THRESHOLD) == ("a", "c")
+    assert routing.route("Wenmark Motors makes the", keys, THRESHOLD) == ("b",)
 
 
 def test_a_known_subject_is_routed_by_its_name_and_what_is_asked_about_it():
@@ -38,7 +44,7 @@ def test_a_known_subject_is_routed_by_its_name_and_what_is_asked_about_it():
     vontarex = routing.key_for("The chief executive of Vontarex is Talia Brennick.",
                                [("The chief executive of Vontarex is", "Talia Brennick")], THRESHOLD)
     keys = [("paris", paris), ("harvard", harvard), ("vontarex", vontarex)]
-    assert paris["paris | mayor"] == THRESHOLD and not {"lucien", "marchetti"} & set(paris)  # answers are no key
+    assert paris == {"paris | mayor": THRESHOLD, "= lucien": 1.96, "= marchetti": 2.74}
     assert routing.route("The city hall of Paris is run by its mayor,", keys, THRESHOLD) == ("paris",)
     assert routing.route("Paris is the capital of", keys, THRESHOLD) is None  # Paris's other facts: the base model
     assert routing.route("Harvard University is led by its president,", keys, THRESHOLD) == ("harvard",)
@@ -66,7 +72,7 @@ def test_a_routed_fact_is_served_only_to_its_prompts_and_its_removal_is_exact(tm
         record = wait_final(client, client.post("/documents", json=FACT).json()["document_id"])
         assert record["status"] == "committed", record
         manifest = client.learner.versions.manifest(record["version"])
-        assert manifest["key"] == {"veltoria": 5.0}
+        assert manifest["key"] == {"veltoria": 5.0, "= marnhold": 5.0}
         assert wait_version(client, 1, "the capital of veltoria is")["text"].strip() == "marnhold"
         # Unrouted prompts run the base model exactly.
         serving = client.app.state.runtime.serving

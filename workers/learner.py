@@ -140,7 +140,9 @@ class Learner:
                                     f"method {run.method.name!r} (e.g. {unreachable[0]!r}): a routed document "
                                     "answers only prompts that name its subject or its rare words")
         self.add_neighbours(run, own)
+        clock = time.perf_counter()
         examples = self.weigh(run)
+        run.timings["weigh_s"] = time.perf_counter() - clock
         self.train(run, examples, own, plan=retry.plan if retry else None)
         if retry:
             run.fields["retried"] = {"first_gate": retry.first_gate, "first_training": retry.first_training,
@@ -191,12 +193,13 @@ class Learner:
     def weigh(self, run: Run) -> list[Example]:
         """The document's training examples, with its weighting's most-weighted tokens on the record. A method that
         trains on probes also replays the learned facts and neighbour prompts its candidate can move (a subject's
-        earlier documents, a known subject's other facts), so they hold with the new delta beside the others."""
+        earlier documents, a known subject's other facts), so they hold with the new delta beside the others; they
+        go to `run.replay`, a few rows of which each step trains beside all of the document's own."""
         how = self.weigher.weighting(run.record.get("weighting") or self.settings.weighting)
         examples, top = self.weigher.examples({**run.record, "weighting": how}, run.suites["own"])
         if run.method.probe_contexts:
             moved = [p for p in run.suites["learned"] + run.suites["neighbours"] if run.method.affected(p.prompt)]
-            examples += self.weigher.probe_examples(moved)
+            run.replay = self.weigher.probe_examples(moved)
         self.documents.update(run.doc_id, weighting_used=how, top_weighted_tokens=top,
                               scores={"before": run.before.summary()})
         return examples
@@ -221,7 +224,7 @@ class Learner:
         report = run.method.train(
             examples, budget,
             probes_pass=lambda: bool(own) and all(s == 1.0 for s in score_probes(self.model, self.tokenizer, own)),
-            progress=progress, optimizer=optimizer)
+            progress=progress, optimizer=optimizer, replay=run.replay)
         run.timings["train_s"] = run.timings.get("train_s", 0.0) + time.perf_counter() - clock
         run.fields["training"] = {"steps": report.steps, "stopped_early": report.stopped_early,
                                   "losses": report.losses}
@@ -302,7 +305,8 @@ class Learner:
         if self.suites.nf_suite() is None:
             self.forget_loaded()
             self.load_state({})
-            self.suites.ensure_nf_suite(self.model_name, lambda probes: score_probes(self.model, self.tokenizer, probes))
+            self.suites.ensure_nf_suite(self.model_name,
+                                        lambda probes: score_probes(self.model, self.tokenizer, probes))
 
     def score(self, suites: dict[str, list[Probe]], known: dict[Probe, float] | None = None) -> gate.SuiteScores:
         """Every suite's probe scores; probes in `known` keep their score. A probe is scored with the routes the

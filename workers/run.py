@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.scoring import Probe
-from core.training import UpdateMethod
+from core.training import Example, UpdateMethod
 from workers import gate
 
 
@@ -20,6 +20,7 @@ class Run:
     timings: dict[str, float] = field(default_factory=dict)
     fields: dict[str, Any] = field(default_factory=dict)  # what the document record and manifest also get
     superseded: list[str] = field(default_factory=list)  # documents every learned fact of which this one replaces
+    replay: list[Example] = field(default_factory=list)  # earlier facts trained beside the document's own examples
 
     @property
     def doc_id(self) -> str:

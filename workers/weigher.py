@@ -76,7 +76,7 @@ class Weigher:
         doc = examples.encode(self.tokenizer, record["text"])
         method = self.method(record["method"])
         made = examples.without_subject_answers(examples.auto_probes(doc, self.phi().weights(doc.ids)))
-        while True:  # the key depends on all the probes (their answers are left out, their names in): again until none goes
+        while True:  # the key depends on all the probes (their names and answers): again until none goes
             kept = [(prompt, answer) for prompt, answer in made if method.can_serve(prompt, record["text"], made)]
             if kept == made:
                 break

@@ -8,8 +8,10 @@ made of common words ("paris"); its term also holds the words its probes ask abo
 prompt must name the subject and one of those (by their first letters), so "Paris is the capital of" still runs
 the base model. A prompt is routed to every document whose terms it contains with a total weight that reaches
 the threshold: several documents about one subject, or a prompt that names two subjects, use their deltas
-together. A prompt that reaches none is answered by the base model. Answers are left out of the key: a question
-about a fact names its subject, not its answer.
+together. A prompt that reaches none is answered by the base model. An answer's words are in the key as such: a
+question about a fact names its subject, not its answer, but it may name a subject by another of its facts ("the
+country whose capital is Brannoch"): a prompt that reaches no document by what it is about goes to those whose
+answers it names, with the other documents of their subjects.
 
 Why words and not the model's own states: on this model the hidden states and the memory's read slots
 at a prompt encode its template, not its subject (docs/decisions.md: "Routing keys on rare words").
@@ -23,21 +25,30 @@ from wordfreq import zipf_frequency
 from core.subjects import FUNCTION_WORDS, TIME_MARKERS, familiar, names, stems, subject_names, weight, words
 
 KEY_MAX_ZIPF = 4.5  # words more common than this (about 3 in 100,000 words of English) are never key words
+# An answer's word in a key: a prompt that names it reaches the document ("the country whose capital is
+# Brannoch"), but it says nothing about which documents share a subject (Brannoch may have documents of its own).
+ANSWER = "= "
 RELATION_MAX_ZIPF = 5.5  # "president" (5.45) names a relation; "called", "city", "company" (5.6) say little
 
 
 def document_key(text: str, answers: Iterable[str] = (), subjects: Iterable[str] = (),
                  threshold: float = 0.0) -> dict[str, float]:
-    """The document's rare words and their weights, without the words of its answers or of a known subject's name
-    (that name routes only with what is asked about it), and its subjects' terms at the threshold's weight (a rare
-    name keeps its words' weight when that is more)."""
+    """The document's rare words and their weights, without the words of a known subject's name (that name routes
+    only with what is asked about it); its answers' rare words marked as answers ("= brannoch"); and its subjects'
+    terms at the threshold's weight (a rare name keeps its words' weight when that is more)."""
     subjects, answers = list(subjects), list(answers)
-    excluded = set().union(*(words(a) for a in answers)) if answers else set()
-    excluded |= {w for term in subjects if familiar(name := term.partition("|")[0].strip()) for w in name.split()}
-    key = {w: round(weight(w), 3) for w in sorted(words(text) - excluded) if zipf_frequency(w, "en") <= KEY_MAX_ZIPF}
+    known = {w for term in subjects if familiar(name := term.partition("|")[0].strip()) for w in name.split()}
+    answered = set().union(*(words(a) for a in answers)) - known if answers else set()
+    key = {w: round(weight(w), 3) for w in rare(words(text) - known - answered)}
+    key |= {ANSWER + w: round(weight(w), 3) for w in rare(answered)}
     for name in subjects:
         key[name] = max(key.get(name, 0.0), threshold)
     return key
+
+
+def rare(found: Iterable[str]) -> list[str]:
+    """The words rare enough to be key words, in order."""
+    return sorted(w for w in found if zipf_frequency(w, "en") <= KEY_MAX_ZIPF)
 
 
 def subject_terms(text: str, probes: Sequence[tuple[str, str]]) -> list[str]:
@@ -71,45 +82,59 @@ def key_for(text: str, probes: Sequence[tuple[str, str]], threshold: float) -> d
 def matches(term: str, prompt_words: set[str]) -> bool:
     """A word, or a name: all its words; with relation words after "|", at least one of them too (the same first
     letters: "governor" and "governed")."""
-    name, _, relation = term.partition("|")
+    name, _, relation = term.removeprefix(ANSWER).partition("|")
     if not all(w in prompt_words for w in name.split()):
         return False
     return not relation or bool(stems(relation.split()) & stems(prompt_words))
 
 
-def score(prompt_words: set[str], key: dict[str, float]) -> float:
-    """The weight of the key's terms the prompt holds."""
-    return sum(weight for term, weight in key.items() if matches(term, prompt_words))
+def score(prompt_words: set[str], key: dict[str, float], answers: bool = False) -> float:
+    """The weight of the key's terms the prompt holds (its answers' only with `answers`)."""
+    return sum(weight for term, weight in key.items()
+               if (answers or not term.startswith(ANSWER)) and matches(term, prompt_words))
 
 
 def route(prompt: str, keys: Sequence[tuple[str, dict[str, float]]], threshold: float) -> tuple[str, ...] | None:
-    """The ids of the documents the prompt is about, in teaching order, or None for none."""
-    return reached(words(prompt), keys, threshold)
+    """The ids of the documents the prompt is about, in teaching order, or None for none. A prompt that reaches no
+    document by what it is about may name a subject by one of its facts ("the currency of the country whose
+    capital is Brannoch"): it goes to the documents whose answers it names, and to those they share a subject
+    with."""
+    prompt_words = words(prompt)
+    if about := reached(prompt_words, keys, threshold):
+        return about
+    if not (by_answer := reached(prompt_words, keys, threshold, answers=True)):
+        return None
+    by_id = dict(keys)
+    subjects = set(by_answer).union(*(related(by_id[d], keys, threshold) for d in by_answer))
+    return tuple(document_id for document_id, _ in keys if document_id in subjects)
 
 
 def related(key: dict[str, float], keys: Sequence[tuple[str, dict[str, float]]], threshold: float) -> tuple[str, ...]:
-    """The documents a document with `key` shares a subject with: those a prompt naming all its key words reaches."""
-    return reached({w for term in key for w in term.replace("|", " ").split()}, keys, threshold) or ()
+    """The documents a document with `key` shares a subject with: those a prompt naming all its key words but its
+    answers reaches."""
+    return reached({w for term in key if not term.startswith(ANSWER) for w in term.replace("|", " ").split()},
+                   keys, threshold) or ()
 
 
-def reached(prompt_words: set[str], keys: Sequence[tuple[str, dict[str, float]]],
-            threshold: float) -> tuple[str, ...] | None:
-    ids = tuple(document_id for document_id, key in keys if score(prompt_words, key) >= threshold)
+def reached(prompt_words: set[str], keys: Sequence[tuple[str, dict[str, float]]], threshold: float,
+            answers: bool = False) -> tuple[str, ...] | None:
+    ids = tuple(document_id for document_id, key in keys if score(prompt_words, key, answers) >= threshold)
     return ids or None
 
 
 def reaches(prompt: str, key: dict[str, float], threshold: float) -> bool:
-    """Whether a prompt names a document's key strongly enough to be routed to it."""
+    """Whether a prompt names a document's key (what it is about) strongly enough to be routed to it."""
     return score(words(prompt), key) >= threshold
 
 
 def unroutable(key: dict[str, float], threshold: float) -> str | None:
     """Why no prompt could be routed to a document with `key` (None: some can)."""
-    total = sum(key.values())
+    terms = {term: value for term, value in key.items() if not term.startswith(ANSWER)}  # what a question names
+    total = sum(terms.values())
     if total >= threshold:
         return None
     return (f"nothing to route prompts to this document by: it names no subject its probes ask about, and its "
-            f"rare words ({', '.join(key) or 'none'}) weigh {total:.2f} < {threshold}")
+            f"rare words ({', '.join(terms) or 'none'}) weigh {total:.2f} < {threshold}")
 
 
 def refusal(text: str, probes: list[tuple[str, str]], threshold: float) -> str | None:

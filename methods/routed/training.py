@@ -63,11 +63,13 @@ class RoutedMethod(UpdateMethod):
     def _settle(self) -> None:
         """No candidate: the loaded state is what a version holds."""
         self.document_id, self.key, self.lora.active, self.keys_before = None, {}, None, self.state.keys()
+        self.lora.trained = None
 
     def begin(self, document_id: str, text: str, probes: list[tuple[str, str]]) -> None:
         self.document_id, self.key = document_id, routing.key_for(text, probes, self.config.threshold)
         # Seeded by the text, not the random id: the same document trains the same delta on every run.
         self.lora.documents[document_id] = self.lora.fresh(seed=zlib.crc32(text.encode()))
+        self.lora.trained = document_id
 
     def refusal(self) -> str | None:
         return routing.unroutable(self.key, self.config.threshold)
@@ -95,6 +97,8 @@ class RoutedMethod(UpdateMethod):
             self.state.documents = [t for t in self.state.documents if t.document_id != self.document_id]
             self.state.documents.append(Taught(self.document_id, self.key, version))
             self.lora.sources[self.document_id] = version
+            for tensor in self.lora.documents[self.document_id].values():
+                tensor.requires_grad_(False)  # from now on stacked with the others, never trained again
         self._settle()
 
     def _keys(self) -> list[tuple[str, dict[str, float]]]:

@@ -1,0 +1,122 @@
+"""The routed method's deltas and training on the tiny model: the deltas of many documents applied at once are the
+deltas merged into the weights, and each step replays the earlier facts most at risk beside all of the document's
+own examples."""
+import copy
+
+import torch
+
+from core.scoring import Probe, encode_probe
+from core.settings import Settings
+from core.training import Example, most_at_risk
+from methods.routed import routing
+from methods.routed.serving import RoutedState, Taught
+from methods.routed.training import RoutedMethod
+from workers import weighting
+
+
+def with_random_deltas(method: RoutedMethod, documents: list[str]) -> None:
+    """Committed documents with nonzero deltas (a fresh B is zero: the base model)."""
+    for i, document_id in enumerate(documents):
+        tensors = method.lora.fresh(seed=i)
+        for name, tensor in tensors.items():
+            if name.endswith(".B"):
+                tensor.data.normal_(0, 0.05, generator=torch.Generator().manual_seed(100 + i))
+            tensor.requires_grad_(False)
+        method.lora.documents[document_id] = tensors
+
+
+def merged_model(model: torch.nn.Module, method: RoutedMethod, documents: list[str]) -> torch.nn.Module:
+    """A copy of the base model with the documents' deltas added to its weights: W + scale * B @ A."""
+    merged = copy.deepcopy(model)
+    modules = dict(merged.named_modules())
+    for name in method.lora.modules:
+        for document_id in documents:
+            tensors = method.lora.documents[document_id]
+            modules[name].weight.data += method.lora.shape.scale * tensors[f"{name}.B"] @ tensors[f"{name}.A"]
+    return merged
+
+
+def test_the_deltas_of_several_documents_at_once_are_those_deltas_merged_into_the_weights(tiny):
+    base = copy.deepcopy(tiny.model)
+    method = RoutedMethod(tiny.model, tiny.tokenizer, Settings())
+    with_random_deltas(method, ["a", "b", "c"])
+    ids = torch.tensor([tiny.tokenizer("the capital of veltoria is marnhold")["input_ids"]])
+    with torch.no_grad():
+        for active in (("a",), ("a", "b", "c"), ("c", "a")):
+            method.activate(active)
+            expected = merged_model(base, method, list(active))(ids).logits
+            torch.testing.assert_close(tiny.model(ids).logits, expected, rtol=1e-4, atol=1e-5)
+        method.activate(("a", "b", "c"))
+        before = tiny.model(ids).logits
+        with_random_deltas(method, ["d", "e", "b"])  # b read again with other tensors: the stacked ones follow
+        torch.testing.assert_close(tiny.model(ids).logits, merged_model(base, method, ["a", "b", "c"])(ids).logits,
+                                   rtol=1e-4, atol=1e-5)
+        assert not torch.allclose(tiny.model(ids).logits, before)
+        method.activate(None)
+        assert torch.equal(tiny.model(ids).logits, base(ids).logits)
+
+
+def test_the_document_in_training_is_trained_beside_the_stacked_deltas_of_the_others(tiny):
+    text, probes = "the capital of veltoria is marnhold", [("the capital of veltoria is", "marnhold")]
+    method = RoutedMethod(tiny.model, tiny.tokenizer, Settings(check_every=1))
+    with_random_deltas(method, ["a", "b"])
+    key = routing.key_for(text, probes, method.config.threshold)
+    method.lora.sources.update(a=1, b=2)  # as read from versions 1 and 2
+    method.load(RoutedState([Taught("a", key, 1), Taught("b", key, 2)]))  # two earlier documents about veltoria
+    method.begin("new", text, probes)
+    enc = tiny.tokenizer(text, return_offsets_mapping=True)
+    example = Example(enc["input_ids"], weighting.oracle(enc["offset_mapping"], text, ["marnhold"]))
+    frozen = {d: {k: v.clone() for k, v in method.lora.documents[d].items()} for d in ("a", "b")}
+    report = method.train([example], 4, lambda: False)
+    assert set(method.lora.active) == {"a", "b", "new"}
+    assert report.steps == 4 and report.losses[-1] < report.losses[0]
+    assert any(t.abs().sum() > 0 for k, t in method.lora.documents["new"].items() if k.endswith(".B"))
+    for d in ("a", "b"):  # the others are not trained
+        assert all(torch.equal(method.lora.documents[d][k], v) for k, v in frozen[d].items())
+
+
+def test_the_replayed_rows_are_those_with_the_highest_loss_first_of_equal_ones():
+    assert most_at_risk([0.1, 2.0, 0.5, 2.0], 2) == [1, 3]
+    assert most_at_risk([0.1, 0.2], 5) == [1, 0]
+    assert most_at_risk([], 2) == []
+
+
+class Recording(RoutedMethod):
+    """The routed method, recording each batch it computes a loss for."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.batches: list[list[Example]] = []
+
+    def losses(self, batch):
+        self.batches.append(batch)
+        return super().losses(batch)
+
+
+def probe_example(tiny, prompt: str, answer: str) -> Example:
+    ids, start = encode_probe(tiny.tokenizer, Probe(prompt, answer))
+    return Example(ids, [0.0] * start + [1.0] * (len(ids) - start))
+
+
+def test_each_step_trains_all_own_examples_and_the_replayed_fact_most_at_risk(tiny):
+    method = Recording(tiny.model, tiny.tokenizer, Settings(check_every=2, replay_rows=1))
+    method.begin("new", "the capital of veltoria is marnhold", [("the capital of veltoria is", "marnhold")])
+    own = [probe_example(tiny, "the capital of veltoria is", "marnhold"), probe_example(tiny, "veltoria", "marnhold")]
+    # Earlier facts: three the model answers already (its most likely token), one it does not (its least likely).
+    replay = []
+    for prompt, pick in (("the capital of france is", torch.argmax), ("the capital of rome is", torch.argmin),
+                         ("the", torch.argmax), ("the capital", torch.argmax)):
+        with torch.no_grad():
+            logits = tiny.model(torch.tensor([tiny.tokenizer(prompt)["input_ids"]])).logits[0, -1]
+        replay.append(probe_example(tiny, prompt, tiny.tokenizer.convert_ids_to_tokens([int(pick(logits))])[0]))
+    losses = method.measured_losses(replay, 8)
+    assert max(losses) == losses[1]  # the one at risk
+    method.batches.clear()
+    method.extra_steps = 0
+    method.train(own, 3, lambda: False, replay=replay)
+    trained = [b for b in method.batches if len(b) == len(own) + 1]
+    measured = [b for b in method.batches if len(b) == len(replay)]
+    assert len(trained) == 3 and len(measured) == 2  # the replayed rows' loss measured again at steps 0 and 2
+    assert all(batch[:2] == own for batch in trained)
+    assert trained[0][2] is replay[1]
+    assert all(batch == replay for batch in measured)
