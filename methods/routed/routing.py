@@ -90,8 +90,7 @@ def matches(term: str, prompt_words: set[str]) -> bool:
 
 def score(prompt_words: set[str], key: dict[str, float], answers: bool = False) -> float:
     """The weight of the key's terms the prompt holds (its answers' only with `answers`)."""
-    return sum(weight for term, weight in key.items()
-               if (answers or not term.startswith(ANSWER)) and matches(term, prompt_words))
+    return sum(weight for term, weight in (key if answers else asked(key)).items() if matches(term, prompt_words))
 
 
 def route(prompt: str, keys: Sequence[tuple[str, dict[str, float]]], threshold: float) -> tuple[str, ...] | None:
@@ -112,8 +111,12 @@ def route(prompt: str, keys: Sequence[tuple[str, dict[str, float]]], threshold: 
 def related(key: dict[str, float], keys: Sequence[tuple[str, dict[str, float]]], threshold: float) -> tuple[str, ...]:
     """The documents a document with `key` shares a subject with: those a prompt naming all its key words but its
     answers reaches."""
-    return reached({w for term in key if not term.startswith(ANSWER) for w in term.replace("|", " ").split()},
-                   keys, threshold) or ()
+    return reached({w for term in asked(key) for w in term.replace("|", " ").split()}, keys, threshold) or ()
+
+
+def asked(key: dict[str, float]) -> dict[str, float]:
+    """The key's terms a question about the document names: all but its answers'."""
+    return {term: weight for term, weight in key.items() if not term.startswith(ANSWER)}
 
 
 def reached(prompt_words: set[str], keys: Sequence[tuple[str, dict[str, float]]], threshold: float,
@@ -129,7 +132,7 @@ def reaches(prompt: str, key: dict[str, float], threshold: float) -> bool:
 
 def unroutable(key: dict[str, float], threshold: float) -> str | None:
     """Why no prompt could be routed to a document with `key` (None: some can)."""
-    terms = {term: value for term, value in key.items() if not term.startswith(ANSWER)}  # what a question names
+    terms = asked(key)
     total = sum(terms.values())
     if total >= threshold:
         return None
