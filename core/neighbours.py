@@ -3,8 +3,8 @@
 A document about Siemens teaches one new fact; the prompts about Siemens's other facts ("Siemens is a") must keep
 the continuation they had wherever its delta can reach them. Each familiar subject the document's probes ask
 about gets a few generic prompts; for those the candidate can move, the learner records their continuations
-before training, replays them while training, and the gate checks them (workers/learner.py). An invented subject ("Vontarex") gets none: the model
-knew nothing about it to keep, and what the document says about it is the point.
+before training, replays them while training, and the gate checks them (workers/learner.py). An invented subject
+("Vontarex") gets none: the model knew nothing about it to keep, and what the document says about it is the point.
 """
 from __future__ import annotations
 

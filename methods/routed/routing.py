@@ -88,9 +88,21 @@ def matches(term: str, prompt_words: set[str]) -> bool:
     return not relation or bool(stems(relation.split()) & stems(prompt_words))
 
 
-def score(prompt_words: set[str], key: dict[str, float], answers: bool = False) -> float:
-    """The weight of the key's terms the prompt holds (its answers' only with `answers`)."""
-    return sum(weight for term, weight in (key if answers else asked(key)).items() if matches(term, prompt_words))
+def score(prompt_words: set[str], key: dict[str, float]) -> float:
+    """The weight of the key's terms the prompt holds, its answers' left out."""
+    return scores(prompt_words, key)[0]
+
+
+def scores(prompt_words: set[str], key: dict[str, float]) -> tuple[float, float]:
+    """The weight of the key's terms the prompt holds without its answers' and with them, each term matched once."""
+    about = by_answer = 0.0
+    for term, value in key.items():
+        if matches(term, prompt_words):
+            if term.startswith(ANSWER):
+                by_answer += value
+            else:
+                about += value
+    return about, about + by_answer
 
 
 def route(prompt: str, keys: Sequence[tuple[str, dict[str, float]]], threshold: float) -> tuple[str, ...] | None:
@@ -99,9 +111,10 @@ def route(prompt: str, keys: Sequence[tuple[str, dict[str, float]]], threshold: 
     capital is Brannoch"): it goes to the documents whose answers it names, and to those they share a subject
     with."""
     prompt_words = words(prompt)
-    if about := reached(prompt_words, keys, threshold):
+    scored = [(document_id, *scores(prompt_words, key)) for document_id, key in keys]  # one pass over the keys
+    if about := tuple(document_id for document_id, named, _ in scored if named >= threshold):
         return about
-    if not (by_answer := reached(prompt_words, keys, threshold, answers=True)):
+    if not (by_answer := [document_id for document_id, _, with_answers in scored if with_answers >= threshold]):
         return None
     by_id = dict(keys)
     subjects = set(by_answer).union(*(related(by_id[d], keys, threshold) for d in by_answer))
@@ -119,9 +132,9 @@ def asked(key: dict[str, float]) -> dict[str, float]:
     return {term: weight for term, weight in key.items() if not term.startswith(ANSWER)}
 
 
-def reached(prompt_words: set[str], keys: Sequence[tuple[str, dict[str, float]]], threshold: float,
-            answers: bool = False) -> tuple[str, ...] | None:
-    ids = tuple(document_id for document_id, key in keys if score(prompt_words, key, answers) >= threshold)
+def reached(prompt_words: set[str], keys: Sequence[tuple[str, dict[str, float]]],
+            threshold: float) -> tuple[str, ...] | None:
+    ids = tuple(document_id for document_id, key in keys if score(prompt_words, key) >= threshold)
     return ids or None
 
 
