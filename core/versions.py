@@ -26,6 +26,7 @@ from core import faults
 from core.fileio import fsync_dir, fsync_file, read_json, write_bytes_atomic, write_json_atomic
 
 MANIFEST_FILE = "manifest.json"
+MAX_VERSION = 2**31 - 1  # a number past it names no folder (and no file name too long to open)
 ORPHAN_FILE = "ORPHAN"
 
 
@@ -70,10 +71,14 @@ class VersionStore:
             return 0
 
     def exists(self, version: int) -> bool:
+        if not 0 <= version <= MAX_VERSION:
+            return False
         folder = self.root / str(version)
         return version == 0 or ((folder / MANIFEST_FILE).exists() and not (folder / ORPHAN_FILE).exists())
 
     def manifest(self, version: int) -> dict[str, Any]:
+        if not 0 <= version <= MAX_VERSION:
+            raise UnknownVersion(f"version {version} does not exist")
         if version == 0:
             return {"version": 0, "parent": None, "documents": [], "probes": [], "method": "base", "metrics": {}}
         data = read_json(self.root / str(version) / MANIFEST_FILE)

@@ -21,18 +21,20 @@ from service.generations import GenerationService
 from service.metrics import Metrics
 from service.middleware import RequestGuard
 from service.openai.routes import router as openai_router
-from service.routes import documents, generate, health, metrics, probes, versions
+from service.routes import docs, documents, generate, health, metrics, probes, versions
 
 THREADS_FOR_OTHER_ROUTES = 16
 ROUTERS = (health.router, generate.router, documents.router, probes.router, versions.router, metrics.router,
-           openai_router)
+           openai_router, docs.router)
 access_log = logging.getLogger("ckl.access")
 
 
 def create_app(runtime: Runtime) -> FastAPI:
     """The app over a runtime (Runtime.create); the runtime starts in the background when the app starts."""
     settings = runtime.settings
-    app = FastAPI(title="ckl-serve", version="0.1.0", lifespan=lifespan)
+    # The schema and its page are routes of their own, behind a key (service/routes/docs.py).
+    app = FastAPI(title="ckl-serve", version="0.1.0", lifespan=lifespan, openapi_url=None, docs_url=None,
+                  redoc_url=None)
     app.state.runtime = runtime
     app.state.metrics = Metrics(runtime, enabled=settings.metrics)
     app.state.generations = GenerationService(runtime, app.state.metrics)

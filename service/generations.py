@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Generator, Iterator
-from contextlib import closing
+from contextlib import closing, suppress
 
 from core.model.batching import Scheduler
 from core.model.generation import Generation, SamplingParams
@@ -19,7 +19,9 @@ from service.metrics import Metrics
 def require_serving(runtime: Runtime) -> ServingModel:
     """The served model; 503 while it loads (or failed to), before anything is generated or stored."""
     if runtime.serving is None:
-        raise ApiError(503, "not_ready", runtime.error or "the model is still loading; GET /ready says when")
+        message = "start-up failed: an admin sees why on GET /versions" if runtime.error else \
+            "the model is still loading; GET /ready says when"
+        raise ApiError(503, "not_ready", message)
     return runtime.serving
 
 
@@ -71,30 +73,60 @@ class GenerationService:
             raise ApiError(404, "model_not_found", f"version {model_version} holds documents removed since")
         return model_version
 
-    def stream(self, ids: list[int], params: SamplingParams,
-               version: int | None = None) -> Generator[str | Generation, None, None]:
+    def stream(self, ids: list[int], params: SamplingParams, version: int | None = None) -> Admitted:
         """Text pieces, then the Generation. Checked now, before a streamed response sends anything: 404 for a
-        version that cannot be asked, 429 when as many generations run and wait as the settings allow. The
-        generator comes back started, so its slot is freed whether it ends, fails, or is closed unfinished (a
-        client that went away; the scheduler drops its row at the next decoding step)."""
+        version that cannot be asked, 429 when as many generations run and wait as the settings allow."""
         scheduler = self.scheduler()
         version = self.version(version)
         if not self._admitted.acquire(blocking=False):
             s = self.settings
             raise busy(f"{s.max_concurrent_generations} generations are running and {s.max_waiting_generations} "
                        "waiting", retry_after_s=1)
+        slot = Slot(self._admitted)
         load = (lambda: resolve(self.runtime.versions, version)) if version else None
 
-        def pieces() -> Iterator[str | Generation | None]:
+        def pieces() -> Iterator[str | Generation]:
             try:
-                yield None  # the start: from here on, closing the generator runs the finally
-                with closing(scheduler.stream(ids, params, version, load)) as items:
+                with closing(scheduler.stream(ids, params, version, load, on_retire=slot.release)) as items:
                     for item in items:
                         if isinstance(item, Generation):
                             self.metrics.generation(item.timing["first_token_s"], item.completion_tokens)
                         yield item
             finally:
-                self._admitted.release()
-        started = pieces()
-        next(started)
-        return started
+                slot.release()
+        return Admitted(pieces(), slot)
+
+
+class Slot:
+    """An admitted generation's place under the caps. Given back once, by whichever comes first: the decoder
+    retiring its sequence, its consumer finishing or closing it, or the response that streams it ending (a client
+    gone: a response cancelled mid-stream never resumes the iterator it was reading)."""
+
+    def __init__(self, semaphore: threading.BoundedSemaphore) -> None:
+        self._semaphore = semaphore
+        self._lock = threading.Lock()
+        self._held = True
+
+    def release(self) -> None:
+        with self._lock:
+            if not self._held:
+                return
+            self._held = False
+        self._semaphore.release()
+
+
+class Admitted(Iterator[str | Generation]):
+    """An admitted generation's text pieces, then its Generation. `close` may be called from any thread and more
+    than once: it gives the slot back and stops the decoding at its next step."""
+
+    def __init__(self, pieces: Generator[str | Generation, None, None], slot: Slot) -> None:
+        self._pieces = pieces
+        self._slot = slot
+
+    def __next__(self) -> str | Generation:
+        return next(self._pieces)
+
+    def close(self) -> None:
+        self._slot.release()
+        with suppress(ValueError):  # being read in another thread: the decoder retires it when it ends
+            self._pieces.close()

@@ -14,8 +14,14 @@ from core import forgetting
 from core.lifecycle import PENDING
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+# A label's values must be few: any other method a client invents is counted as "other".
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 TIMINGS = {"train_s": "ckl_job_train_seconds", "gate_s": "ckl_job_gate_seconds",
            "score_before_s": "ckl_job_score_before_seconds"}
+
+
+def method_label(method: str) -> str:
+    return method if method in METHODS else "other"
 
 
 class DataFolderCollector(Collector):
@@ -65,7 +71,7 @@ class Metrics:
     def request(self, route: str, method: str, status: int, seconds: float) -> None:
         if not self.enabled:
             return
-        self.requests.labels(route, method, str(status)).inc()
+        self.requests.labels(route, method_label(method), str(status)).inc()
         self.latency.labels(route).observe(seconds)
 
     def generation(self, first_token_s: float, tokens: int) -> None:

@@ -49,9 +49,26 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
+async def _read_capped(receive: Receive, cap: int) -> bytes | None:
+    """The whole body, or None as soon as more than `cap` bytes have arrived (the rest is never read)."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":  # the client went away: what came is all there is
+            break
+        chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        if size > cap:
+            return None
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
 class RequestGuard:
     """Pure ASGI (it must see the body before FastAPI reads it): X-Request-ID in and out, 400 for a Host not
-    allowed, 413 past `max_body_bytes`, 415 for a POST that is not application/json; errors in the API's JSON
+    allowed or both a Content-Length and a Transfer-Encoding, 413 past `max_body_bytes`
+    (counted as the body arrives), 415 for a POST that is not application/json; errors in the API's JSON
     envelope."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, allowed_hosts: list[str]) -> None:
@@ -69,7 +86,10 @@ class RequestGuard:
         if self.allowed_hosts is not None and host_name(_header(scope, b"host") or "") not in self.allowed_hosts:
             return await _error(send, 400, "host_not_allowed", "this server does not answer to that Host header",
                                 request_id)
-        length = _header(scope, b"content-length")
+        length, chunked = _header(scope, b"content-length"), _header(scope, b"transfer-encoding")
+        if length is not None and chunked is not None:  # request smuggling: which length is meant is ambiguous
+            return await _error(send, 400, "ambiguous_length",
+                                "a request may not carry both Content-Length and Transfer-Encoding", request_id)
         if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
             return await _error(send, 413, "too_large", f"the body is over {self.max_body_bytes} bytes", request_id)
         if scope["method"] == "POST":
@@ -77,18 +97,13 @@ class RequestGuard:
             if content_type != "application/json":
                 return await _error(send, 415, "unsupported_media_type",
                                     "a POST must send a JSON body (content-type: application/json)", request_id)
-
-        if length is None and _header(scope, b"transfer-encoding"):  # chunked: read it all here, up to the cap
-            chunks, size, more = [], 0, True
-            while more:
-                message = await receive()
-                chunks.append(message.get("body", b""))
-                size += len(chunks[-1])
-                more = message.get("more_body", False)
-                if size > self.max_body_bytes:
-                    return await _error(send, 413, "too_large", f"the body is over {self.max_body_bytes} bytes",
-                                        request_id)
-            receive = _replay(b"".join(chunks), receive)
+        if length is not None or chunked is not None:
+            # The body is read here, counted as it arrives whatever the headers said, before anything parses it.
+            body = await _read_capped(receive, self.max_body_bytes)
+            if body is None:
+                return await _error(send, 413, "too_large", f"the body is over {self.max_body_bytes} bytes",
+                                    request_id)
+            receive = _replay(body, receive)
 
         async def tagged(message: Message) -> None:
             if message["type"] == "http.response.start":

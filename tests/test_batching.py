@@ -156,6 +156,19 @@ def test_a_closed_stream_frees_its_row_at_the_next_step(tiny):
     assert scheduler.running() == 0 and serving._pins[0] == 0
 
 
+def test_a_stream_nobody_reads_or_closes_gives_its_slot_back_when_the_decoder_retires_it(tiny):
+    """A response cancelled mid-stream neither reads nor closes what it was reading: the slot must not wait for
+    the garbage collector."""
+    generations = generations_on(tiny, max_concurrent_generations=1, max_waiting_generations=0)
+    scheduler = generations.scheduler()
+    ids = tiny.tokenizer("the capital of")["input_ids"]
+    abandoned = generations.stream(ids, SamplingParams(max_new_tokens=5))
+    assert isinstance(next(abandoned), str)  # a client read one piece, then went away; `abandoned` stays referenced
+    until(lambda: scheduler.running() == 0)
+    *_, done = generations.stream(ids, SamplingParams(max_new_tokens=2))
+    assert isinstance(done, Generation) and abandoned is not None
+
+
 def test_requests_wait_for_a_row_and_only_past_the_waiting_queue_get_429(tiny):
     generations = generations_on(tiny, max_concurrent_generations=1, max_waiting_generations=1)
     serving, scheduler = generations.serving(), generations.scheduler()

@@ -56,7 +56,7 @@ class Sequence:
     routes: Routes
     answer: Answer
     generator: torch.Generator | None
-    release: Callable[[], None]  # unpins the version
+    release: Callable[[], None]  # unpins the version (and runs the submitter's on_retire); harmless twice
     started: float
     out: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)  # pieces, then the Generation or an error
     first_token_s: float = 0.0
@@ -96,11 +96,13 @@ class Scheduler:
         return len(self._waiting)
 
     def stream(self, prompt_ids: list[int], params: SamplingParams, version: int | None = None,
-               load: Callable[[], KnowledgeState] | None = None) -> Iterator[str | Generation]:
+               load: Callable[[], KnowledgeState] | None = None,
+               on_retire: Callable[[], None] | None = None) -> Iterator[str | Generation]:
         """As generation.stream, decoded in the batch: text pieces, then the Generation. Pins the version (the
         current one, or `version`, loaded with `load()` if not held) on the first item; a consumer that stops
-        iterating frees the sequence's row at the next round."""
-        sequence = self._submit(prompt_ids, params, version, load)
+        iterating frees the sequence's row at the next round. `on_retire` runs when the sequence leaves the
+        decoder (it ended, failed or was dropped), whether or not anyone reads what it left."""
+        sequence = self._submit(prompt_ids, params, version, load, on_retire)
         try:
             while not isinstance(item := sequence.out.get(), Generation):
                 if isinstance(item, BaseException):
@@ -111,9 +113,11 @@ class Scheduler:
             sequence.cancelled = True
 
     def _submit(self, prompt_ids: list[int], params: SamplingParams, version: int | None,
-                load: Callable[[], KnowledgeState] | None) -> Sequence:
+                load: Callable[[], KnowledgeState] | None, on_retire: Callable[[], None] | None) -> Sequence:
         started = time.perf_counter()
         pin = ExitStack()
+        if on_retire is not None:
+            pin.callback(on_retire)
         version = pin.enter_context(self.serving.pinned(version, load))
         try:
             routes = self.serving.routes(version, self.serving.tokenizer.decode(prompt_ids, skip_special_tokens=True))

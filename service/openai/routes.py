@@ -24,9 +24,9 @@ STREAMED = {200: {"content": {"text/event-stream": {}}}}
 
 def respond(answer: Any) -> Any:
     """A whole answer as it is; chunks as events ending with OpenAI's terminator."""
-    if isinstance(answer, (CompletionResponse, ChatCompletionResponse)):
-        return answer
-    return event_stream(answer, done_marker=True)
+    if isinstance(answer, serving.Chunks):
+        return event_stream(answer.events, answer.generation, done_marker=True)
+    return answer
 
 
 @router.post("/completions", response_model=CompletionResponse, responses=STREAMED)

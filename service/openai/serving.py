@@ -6,8 +6,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Generator, Iterator
-from contextlib import closing
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +14,7 @@ from core.model.generation import Generation, SamplingParams
 from core.state import restored_by
 from core.versions import VersionStore
 from service.errors import ApiError, field_error
-from service.generations import GenerationService
+from service.generations import Admitted, GenerationService
 from service.openai.protocol import (
     MODEL,
     AssistantMessage,
@@ -37,7 +36,7 @@ from service.openai.protocol import (
     UsageInfo,
 )
 
-PINNED = re.compile(r"^ckl-v(\d+)$")
+PINNED = re.compile(r"^ckl-v(\d{1,10})$")  # longer numbers name no version (MAX_VERSION)
 COMPLETION_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions (chat defaults to the server's cap)
 MAX_STOPS = 8
 # A model without a chat template gets this plain format (documented in the README).
@@ -82,9 +81,16 @@ def usage(result: Generation) -> UsageInfo:
 
 
 @dataclass
+class Chunks:
+    """A streamed answer: its chunks, and the generation to close when the response ends however it ends."""
+    events: Iterator[CompletionStreamResponse] | Iterator[ChatCompletionStreamResponse]
+    generation: Admitted
+
+
+@dataclass
 class Run:
     """A generation admitted for one request, and what every response to it carries."""
-    pieces: Generator[str | Generation, None, None]  # text pieces, then the Generation (GenerationService.stream)
+    pieces: Admitted  # text pieces, then the Generation (GenerationService.stream)
     version: int | None  # the version pinned by `model`, None for the current one
     id: str
     created: int
@@ -114,7 +120,7 @@ def start(generations: GenerationService, req: OpenAIRequest, prompt: str, id_pr
 
 
 def completion(generations: GenerationService,
-               req: CompletionRequest) -> CompletionResponse | Iterator[CompletionStreamResponse]:
+               req: CompletionRequest) -> CompletionResponse | Chunks:
     prompts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
     if len(prompts) != 1:
         raise field_error("prompt", "unsupported", "one prompt per request")
@@ -122,7 +128,7 @@ def completion(generations: GenerationService,
         raise field_error("prompt", "string_too_short", "must not be empty")
     run = start(generations, req, prompts[0], "text", COMPLETION_TOKENS)
     if req.stream:
-        return completion_chunks(run)
+        return Chunks(completion_chunks(run), run.pieces)
     result = run.result()
     return CompletionResponse(id=run.id, created=run.created, model=run.model,
                               system_fingerprint=fingerprint(result.knowledge_version),
@@ -131,21 +137,20 @@ def completion(generations: GenerationService,
 
 
 def completion_chunks(run: Run) -> Iterator[CompletionStreamResponse]:
-    with closing(run.pieces):  # closing the chunks (a client gone) frees the generation's slot
-        for item in run.pieces:
-            done = isinstance(item, Generation)
-            choice = CompletionStreamChoice(index=0, text="" if done else item,
-                                            finish_reason=item.finish_reason if done else None)
-            yield CompletionStreamResponse(**run.head(item), object="text_completion", choices=[choice])
+    for item in run.pieces:
+        done = isinstance(item, Generation)
+        choice = CompletionStreamChoice(index=0, text="" if done else item,
+                                        finish_reason=item.finish_reason if done else None)
+        yield CompletionStreamResponse(**run.head(item), object="text_completion", choices=[choice])
 
 
 def chat(generations: GenerationService,
-         req: ChatCompletionRequest) -> ChatCompletionResponse | Iterator[ChatCompletionStreamResponse]:
+         req: ChatCompletionRequest) -> ChatCompletionResponse | Chunks:
     prompt = chat_prompt(generations.serving().tokenizer, req.messages)
     run = start(generations, req, prompt, "chat", generations.settings.max_new_tokens_cap,
                 tokens=req.max_completion_tokens)
     if req.stream:
-        return chat_chunks(run)
+        return Chunks(chat_chunks(run), run.pieces)
     result = run.result()
     return ChatCompletionResponse(id=run.id, created=run.created, model=run.model,
                                   system_fingerprint=fingerprint(result.knowledge_version),
@@ -155,14 +160,13 @@ def chat(generations: GenerationService,
 
 
 def chat_chunks(run: Run) -> Iterator[ChatCompletionStreamResponse]:
-    with closing(run.pieces):
-        for position, item in enumerate(run.pieces):
-            done = isinstance(item, Generation)
-            text = "" if done else item
-            # The first delta names the role, as OpenAI's does; the others carry only content.
-            delta = DeltaMessage(role="assistant", content=text) if position == 0 else DeltaMessage(content=text)
-            choice = ChatCompletionStreamChoice(index=0, delta=delta, finish_reason=item.finish_reason if done else None)
-            yield ChatCompletionStreamResponse(**run.head(item), object="chat.completion.chunk", choices=[choice])
+    for position, item in enumerate(run.pieces):
+        done = isinstance(item, Generation)
+        text = "" if done else item
+        # The first delta names the role, as OpenAI's does; the others carry only content.
+        delta = DeltaMessage(role="assistant", content=text) if position == 0 else DeltaMessage(content=text)
+        choice = ChatCompletionStreamChoice(index=0, delta=delta, finish_reason=item.finish_reason if done else None)
+        yield ChatCompletionStreamResponse(**run.head(item), object="chat.completion.chunk", choices=[choice])
 
 
 def models(store: VersionStore) -> ModelList:

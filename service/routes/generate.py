@@ -1,8 +1,7 @@
 """POST /generate: one completion of a prompt, whole or as Server-Sent Events."""
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
-from contextlib import closing
+from collections.abc import Iterator
 from typing import Any
 
 from fastapi import APIRouter, Depends
@@ -25,15 +24,13 @@ def generate_text(req: GenerateRequest, generations: GenerationsDep) -> Any:
     if not req.stream:
         *_, result = pieces
         return GenerateResponse(**vars(result))
-    return event_stream(events(pieces))
+    return event_stream(events(pieces), pieces)
 
 
-def events(pieces: Generator[str | Generation, None, None]) -> Iterator[dict[str, Any]]:
-    """{"text"} per piece, then {"done": true} with what a whole answer says but the text. Closing these
-    events (a client gone) closes the pieces, which frees the generation's slot."""
-    with closing(pieces):
-        for item in pieces:
-            if isinstance(item, Generation):
-                yield {"done": True, **{k: v for k, v in vars(item).items() if k != "text"}}
-            else:
-                yield {"text": item}
+def events(pieces: Iterator[str | Generation]) -> Iterator[dict[str, Any]]:
+    """{"text"} per piece, then {"done": true} with what a whole answer says but the text."""
+    for item in pieces:
+        if isinstance(item, Generation):
+            yield {"done": True, **{k: v for k, v in vars(item).items() if k != "text"}}
+        else:
+            yield {"text": item}

@@ -18,8 +18,12 @@ async def health() -> dict[str, str]:
 
 @router.get("/ready")
 async def ready(runtime: RuntimeDep) -> JSONResponse:
+    """Ready or not, and the version served; nothing about the machine (paths, exception text): an admin reads
+    those on GET /versions and in the log."""
     if runtime.serving is None:
-        body = error_body("not_ready", runtime.error or "loading the model")
-        return JSONResponse(body, status_code=503)
-    body = {"ready": True, "model": runtime.settings.model, "knowledge_version": runtime.serving.current}
-    return JSONResponse({**body, "fallback": runtime.fallback} if runtime.fallback else body)
+        message = "start-up failed: an admin sees why on GET /versions" if runtime.error else "loading the model"
+        return JSONResponse(error_body("not_ready", message), status_code=503)
+    body = {"ready": True, "knowledge_version": runtime.serving.current}
+    if runtime.fallback:  # which version was not served, and which is instead; the reason is on GET /versions
+        body["fallback"] = {k: v for k, v in runtime.fallback.items() if k != "reason"}
+    return JSONResponse(body)

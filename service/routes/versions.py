@@ -21,7 +21,8 @@ router = APIRouter(dependencies=[Depends(needs("admin"))])
 def list_versions(runtime: RuntimeDep) -> dict[str, Any]:
     store = runtime.versions
     return {"current": store.current(), "versions": [forgetting.version_row(store.manifest(v)) for v in store.versions()],
-            "orphans": store.orphans()}  # written by a commit that crashed before it was served
+            "orphans": store.orphans(),  # written by a commit that crashed before it was served
+            "fallback": runtime.fallback, "start_error": runtime.error}
 
 
 @router.post("/versions/{version}/activate")

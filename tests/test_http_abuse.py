@@ -1,0 +1,123 @@
+"""Attacks through real HTTP on a live `ckl serve` (tiny model, keys on), with raw sockets where the attack is
+in the bytes: a smuggled body length, clients that open a stream and vanish, invented methods, huge version
+numbers. Each holds the server's memory and its generation slots where they were."""
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import httpx
+import pytest
+
+from core.keys import hash_key
+from tests.conftest import Server, tiny_env
+
+KEYS = {"asker": ["generate"], "root": ["admin"]}
+CAP = 16384
+SLOTS = 2  # one decoding, one waiting
+
+
+def auth(name: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer key-of-{name}"}
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir, tmp_path_factory):
+    keys = [{"name": n, "sha256": hash_key(f"key-of-{n}"), "scopes": s} for n, s in KEYS.items()]
+    data = tmp_path_factory.mktemp("abuse") / "data"
+    srv = Server(data, tiny_env(tiny_model_dir, CKL_API_KEYS=json.dumps(keys), CKL_MAX_BODY_BYTES=str(CAP),
+                                CKL_MAX_CONCURRENT_GENERATIONS="1", CKL_MAX_WAITING_GENERATIONS="1",
+                                CKL_MAX_NEW_TOKENS_CAP="4000")).start()
+    srv.wait_ready(120)
+    yield srv
+    srv.kill()
+
+
+def raw(server: Server, request: bytes, read: bool = True) -> bytes:
+    """Send `request` as it is; the whole answer (up to the server closing or 5 s of silence)."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+        s.sendall(request)
+        if not read:
+            return b""
+        answer = b""
+        try:
+            while chunk := s.recv(65536):
+                answer += chunk
+                if b"\r\n\r\n" in answer and answer.endswith(b"}"):
+                    break
+        except TimeoutError:
+            pass
+        return answer
+
+
+def status(answer: bytes) -> int:
+    return int(answer.split(b" ", 2)[1])
+
+
+def test_a_body_with_both_lengths_is_refused_before_it_is_read(server):
+    head = (f"POST /documents HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: 10\r\nTransfer-Encoding: chunked\r\n\r\n").encode()
+    chunk = b"x" * 65536
+    answer = raw(server, head + b"%x\r\n" % len(chunk) + chunk + b"\r\n")
+    assert status(answer) == 400 and b"ambiguous_length" in answer
+
+
+def test_a_chunked_body_is_counted_as_it_arrives_and_stopped_at_the_cap(server):
+    head = (b"POST /documents HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
+    chunk = b"x" * 2 * CAP
+    answer = raw(server, head + b"%x\r\n" % len(chunk) + chunk + b"\r\n")  # more to come, never sent
+    assert status(answer) == 413 and b"too_large" in answer
+
+
+def test_streams_opened_and_abandoned_give_their_slots_back(server):
+    body = json.dumps({"prompt": "the capital of", "max_new_tokens": 4000, "stream": True}).encode()
+    request = (b"POST /generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+               b"Authorization: Bearer key-of-asker\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
+    for _ in range(5 * SLOTS):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+            s.sendall(request)  # and gone before reading a byte
+    deadline = time.monotonic() + 30
+    while True:
+        r = httpx.post(f"{server.url}/generate", json={"prompt": "hi", "max_new_tokens": 2}, headers=auth("asker"),
+                       timeout=60)
+        if r.status_code == 200:
+            break
+        assert r.status_code == 429 and time.monotonic() < deadline, "slots were never given back"
+        time.sleep(0.5)
+    metrics = httpx.get(f"{server.url}/metrics", headers=auth("root")).text
+    assert "ckl_generated_tokens" in metrics
+
+
+def test_invented_methods_count_as_other_and_do_not_grow_the_metrics(server):
+    def scrape() -> str:
+        return httpx.get(f"{server.url}/metrics", headers=auth("root")).text
+    scrape()
+    for n in range(200):
+        raw(server, f"INVENTED{n} /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
+    text = scrape()
+    assert "INVENTED" not in text
+    grown = len(text)
+    for n in range(200, 400):
+        raw(server, f"INVENTED{n} /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
+    assert len(scrape()) <= grown + 200  # the counts change, not the number of series
+
+
+@pytest.mark.parametrize("digits", [300, 5000])
+def test_huge_version_numbers_are_404s(server, digits):
+    number = "9" * digits
+    r = httpx.post(f"{server.url}/v1/completions", json={"model": f"ckl-v{number}", "prompt": "hi", "max_tokens": 1},
+                   headers=auth("asker"))
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+    r = httpx.post(f"{server.url}/versions/{number}/activate", json={}, headers=auth("root"))
+    assert r.status_code in (404, 422) and "error" in r.json()
+    assert httpx.get(f"{server.url}/versions", headers=auth("root")).json()["current"] == 0
+
+
+def test_the_schema_needs_a_key_and_ready_says_nothing_about_the_machine(server):
+    assert httpx.get(f"{server.url}/openapi.json").status_code == 401
+    assert httpx.get(f"{server.url}/docs").status_code == 401
+    assert "/generate" in httpx.get(f"{server.url}/openapi.json", headers=auth("asker")).json()["paths"]
+    ready = httpx.get(f"{server.url}/ready").json()
+    assert set(ready) == {"ready", "knowledge_version"}
