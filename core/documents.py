@@ -45,8 +45,7 @@ class DocumentStore:
         """Store a new document; with a known key, return the earlier one (and False for 'not new')."""
         digest = body_hash(body)
         with self._lock, self._file_lock:
-            key_file = self._keys / (hashlib.sha256(idempotency_key.encode()).hexdigest() + ".json") \
-                if idempotency_key else None
+            key_file = self._key_file(idempotency_key) if idempotency_key else None
             if key_file is not None and (known := read_json(key_file)) is not None:
                 if known["body_sha256"] != digest:
                     raise IdempotencyConflict("idempotency_key was already used with a different document")
@@ -71,6 +70,16 @@ class DocumentStore:
             if key_file is not None:
                 write_json_atomic(key_file, {"document_id": record["document_id"], "body_sha256": digest})
             return record, True
+
+    def discard(self, document_id: str, idempotency_key: str | None) -> None:
+        """Take back a record `create` just made (its job could not be queued): a refused request stores nothing."""
+        with self._lock, self._file_lock:
+            self._path(document_id).unlink(missing_ok=True)
+            if idempotency_key:
+                self._key_file(idempotency_key).unlink(missing_ok=True)
+
+    def _key_file(self, idempotency_key: str) -> Path:
+        return self._keys / (hashlib.sha256(idempotency_key.encode()).hexdigest() + ".json")
 
     def _path(self, document_id: str) -> Path:
         if not document_id.isalnum():

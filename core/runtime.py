@@ -15,7 +15,7 @@ from core.probes import ProbeSuites
 from core.queue import VERSION_CHANNEL, InProcessQueue, JobFunction, JobQueue, RQQueue
 from core.scoring import score_probes
 from core.settings import Settings
-from core.versions import VersionStore
+from core.versions import UnknownVersion, VersionStore
 
 log = logging.getLogger(__name__)
 
@@ -74,19 +74,26 @@ class Runtime:
 
     def _install_newest_good(self, serving: ServingModel) -> None:
         """The current version; if its files do not verify (a truncated delta after a power cut), the newest
-        version of its lineage that does, made current and reported on /ready."""
-        current = self.versions.current()
-        for version in [m["version"] for m in reversed(self.versions.lineage(current))] + [0]:
+        version of its lineage that does, made current and reported on /ready. If the pointer or the lineage
+        cannot be read at all (an empty CURRENT, a lost manifest), the newest committed version that loads."""
+        try:
+            current: int | None = self.versions.current()
+            order = [m["version"] for m in reversed(self.versions.lineage(current))] + [0]
+        except (ValueError, OSError, UnknownVersion) as exc:
+            log.exception("the current version cannot be read")
+            current, order = None, list(reversed(self.versions.versions()))
+            self.fallback = {"from": None, "reason": f"{type(exc).__name__}: {exc}"}
+        for version in order:
             try:
                 self._install(version, serving)
-            except (ValueError, FileNotFoundError) as exc:  # its files do not verify; anything else is raised
+            except (ValueError, OSError, UnknownVersion) as exc:  # its files do not verify; anything else is raised
                 log.exception("version %d does not verify", version)
                 self.fallback = self.fallback or {"from": current, "reason": f"{type(exc).__name__}: {exc}"}
                 continue
             if version != current:
                 self.versions.activate(version, why="fallback")
                 self.fallback["to"] = version
-                log.warning("version %d did not verify: serving version %d", current, version)
+                log.warning("version %s did not verify: serving version %d", current, version)
             return
 
     def _install(self, version: int, serving: ServingModel) -> None:

@@ -70,6 +70,13 @@ class VersionStore:
         except FileNotFoundError:
             return 0
 
+    def _pointed(self) -> int | None:
+        """The pointer; None when it cannot be read (emptied by a crash: the start-up fallback replaces it)."""
+        try:
+            return self.current()
+        except ValueError:
+            return None
+
     def exists(self, version: int) -> bool:
         if not 0 <= version <= MAX_VERSION:
             return False
@@ -81,7 +88,10 @@ class VersionStore:
             raise UnknownVersion(f"version {version} does not exist")
         if version == 0:
             return {"version": 0, "parent": None, "documents": [], "probes": [], "method": "base", "metrics": {}}
-        data = read_json(self.root / str(version) / MANIFEST_FILE)
+        try:
+            data = read_json(self.root / str(version) / MANIFEST_FILE)
+        except ValueError as exc:  # emptied or cut by a crash
+            raise UnknownVersion(f"version {version}'s manifest cannot be read: {exc}") from exc
         if data is None:
             raise UnknownVersion(f"version {version} does not exist")
         return data
@@ -104,7 +114,7 @@ class VersionStore:
             listed = read_json(self._served)
             # A store from before the list: every folder it has was committed whole.
             served = set(self._folders() if listed is None else listed)
-            if current := self.current():  # a crash after the pointer moved, before the list: it was served
+            if current := self._pointed():  # a crash after the pointer moved, before the list: it was served
                 served.add(current)
             if listed is None or served != set(listed):
                 write_json_atomic(self._served, sorted(served))
@@ -175,7 +185,7 @@ class VersionStore:
         return read_json(self._events, [])
 
     def _move_pointer(self, version: int, why: str) -> None:
-        previous = self.current()
+        previous = self._pointed()
         write_bytes_atomic(self._pointer, f"{version}\n".encode())
         write_json_atomic(self._served, sorted({*read_json(self._served, []), version}))
         events = self.events()

@@ -189,3 +189,12 @@ def test_queued_documents_and_must_keep_probes_are_capped(tmp_path):
         r = client.request("DELETE", "/probes", json={"probes": probes[:1]})
         assert r.json()["must_keep"] == probes[1:2]
         assert client.post("/probes", json={"probes": probes[2:]}).status_code == 201
+
+
+def test_idempotency_keys_of_two_api_keys_never_meet_whatever_their_names(tmp_path):
+    names = {"team:a": "k", "team": "a:k"}  # "user:team:a:k" both, were the parts joined with colons
+    keys = [KeyConfig(name=n, sha256=hash_key(f"key-of-{n}"), scopes=["teach"]) for n in names]
+    with tiny_client(tiny_settings(tmp_path, api_keys=keys)) as client:
+        ids = [client.post("/documents", json={**FACT, "idempotency_key": key}, headers=auth(name)).json()
+               for name, key in names.items()]
+        assert ids[0]["document_id"] != ids[1]["document_id"], ids

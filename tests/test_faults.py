@@ -44,6 +44,25 @@ def test_a_truncated_delta_means_serving_the_newest_version_that_verifies(tmp_pa
         assert versions["current"] == 1 and "hash" in versions["fallback"]["reason"]
 
 
+@pytest.mark.parametrize("damage", ["empty CURRENT", "no manifest", "empty manifest"])
+def test_an_unreadable_current_version_means_serving_the_newest_that_loads(tmp_path, damage):
+    settings = tiny_settings(tmp_path)
+    learner = Learner(settings, loaded=tiny_loaded())
+    assert learner.learn(submit(learner)) == "committed"
+    assert learner.learn(submit(learner, {**FACT, "text": FACT["text"] + "."})) == "committed"
+    versions = tmp_path / "versions"
+    if damage == "empty CURRENT":
+        (versions / "CURRENT").write_text("")
+    elif damage == "no manifest":
+        (versions / "2" / "manifest.json").unlink()
+    else:
+        (versions / "2" / "manifest.json").write_text("")
+    with tiny_client(settings) as client:
+        ready = client.get("/ready").json()
+        assert ready["ready"] is True and ready["fallback"]["to"] == (2 if damage == "empty CURRENT" else 1)
+        assert client.get("/versions").json()["current"] == ready["knowledge_version"]
+
+
 def test_the_embedded_worker_gives_up_on_a_document_it_died_on_at_every_attempt(tmp_path):
     settings = tiny_settings(tmp_path, job_retries=1)
     documents = DocumentStore(tmp_path)

@@ -2,6 +2,7 @@
 A key sees only the documents it taught (admin sees all); another key's document is as unknown as none."""
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -23,7 +24,6 @@ from service.schemas import DOCUMENT_ID, DocumentAccepted, DocumentRequest
 
 router = APIRouter()
 TeachCaller = Annotated[Caller, Depends(needs("teach"))]  # each route's access rule: the key that asks
-NOT_QUEUED = "not queued: "  # how the error of a record the queue refused begins
 DOCUMENT_NAME = re.compile(r"[0-9a-f]{16}")  # a `supersedes` entry of this form names a document, else a prompt
 
 
@@ -50,7 +50,7 @@ def post_document(req: DocumentRequest, runtime: RuntimeDep,
     body = {**req.model_dump(exclude={"idempotency_key"}), "weighting": weighting, "method": method,
             "owner": caller.name}
     # Idempotency keys are each API key's own: one caller can neither reuse nor probe another's.
-    key = f"user:{caller.name or ''}:{req.idempotency_key}" if req.idempotency_key else None
+    key = json.dumps(["user", caller.name, req.idempotency_key]) if req.idempotency_key else None
     return accept(runtime, body, key, lambda exc: ApiError(409, "idempotency_conflict", str(exc)))
 
 
@@ -63,7 +63,7 @@ def delete_document(document_id: str, runtime: RuntimeDep,
     require_serving(runtime)
     body = {"text": "", "probes": [], "method": target["method"], "weighting": "uniform", "removes": document_id,
             "owner": caller.name}
-    return accept(runtime, body, f"remove:{caller.name or ''}:{document_id}:{runtime.versions.current()}",
+    return accept(runtime, body, json.dumps(["remove", caller.name, document_id, runtime.versions.current()]),
                   lambda exc: ApiError(409, "already_removing", "a removal of this document is already queued"))
 
 
@@ -136,33 +136,18 @@ def refuse_removal(runtime: Runtime, target: dict[str, Any]) -> None:
 def accept(runtime: Runtime, body: dict[str, Any], idempotency_key: str | None,
            conflict: Callable[[IdempotencyConflict], ApiError]) -> DocumentAccepted:
     """Store the document, then queue its job; the same key again answers the same record (`conflict` makes the
-    409 for a key used with another body). 503 when the queue refuses: the record says `failed`, "not queued".
-
-    Such a record is final, and its job does not exist: a retry with the same key makes a new record under a key
-    derived from the failed one's id (the same on every retry), so it is queued once the queue is back."""
-    while True:
-        try:
-            record, new = runtime.documents.create(body, idempotency_key)
-        except IdempotencyConflict as exc:
-            raise conflict(exc) from exc
-        if new or not never_queued(record):
-            break
-        idempotency_key = f"{idempotency_key}:after:{record['document_id']}"
+    409 for a key used with another body). 503 when the queue refuses, and nothing is kept: neither the record
+    nor the key, so a retry with the same key is a new request."""
+    try:
+        record, new = runtime.documents.create(body, idempotency_key)
+    except IdempotencyConflict as exc:
+        raise conflict(exc) from exc
     if new:
-        record = enqueue(runtime, record["document_id"])
+        try:
+            job_id = runtime.queue.enqueue(record["document_id"], 0)
+        except Exception as exc:  # e.g. Redis is down
+            runtime.documents.discard(record["document_id"], idempotency_key)
+            raise ApiError(503, "queue_unavailable", f"the job queue is unavailable: {exc}") from exc
+        record = runtime.documents.update(record["document_id"], job_id=job_id)
     return DocumentAccepted(document_id=record["document_id"], job_id=record["job_id"], status=record["status"],
                             status_url=f"/documents/{record['document_id']}")
-
-
-def never_queued(record: dict[str, Any]) -> bool:
-    return record["status"] == Status.FAILED and (record.get("error") or "").startswith(NOT_QUEUED)
-
-
-def enqueue(runtime: Runtime, document_id: str) -> dict[str, Any]:
-    """Queue a new record's job (its first attempt); the record then names the job."""
-    try:
-        job_id = runtime.queue.enqueue(document_id, 0)
-    except Exception as exc:  # e.g. Redis is down: not accepted, and the record says so
-        runtime.documents.move(document_id, Status.FAILED, error=f"{NOT_QUEUED}{exc}")
-        raise ApiError(503, "queue_unavailable", f"the job queue is unavailable: {exc}") from exc
-    return runtime.documents.update(document_id, job_id=job_id)

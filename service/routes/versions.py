@@ -20,9 +20,15 @@ router = APIRouter(dependencies=[Depends(needs("admin"))])
 @router.get("/versions")
 def list_versions(runtime: RuntimeDep) -> dict[str, Any]:
     store = runtime.versions
-    return {"current": store.current(), "versions": [forgetting.version_row(store.manifest(v)) for v in store.versions()],
+    rows, unreadable = [], []
+    for version in store.versions():
+        try:
+            rows.append(forgetting.version_row(store.manifest(version)))
+        except UnknownVersion:  # a manifest a crash emptied: listed apart, never served
+            unreadable.append(version)
+    return {"current": store.current(), "versions": rows,
             "orphans": store.orphans(),  # written by a commit that crashed before it was served
-            "fallback": runtime.fallback, "start_error": runtime.error}
+            "unreadable": unreadable, "fallback": runtime.fallback, "start_error": runtime.error}
 
 
 @router.post("/versions/{version}/activate")
