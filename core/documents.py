@@ -10,6 +10,7 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -119,14 +120,17 @@ class DocumentStore:
     def pending(self) -> list[dict[str, Any]]:
         return [r for r in self.all() if r["status"] in PENDING]
 
-    def resumable(self, retries: int) -> list[dict[str, Any]]:
+    def resumable(self, retries: int, holding: Callable[[str], int | None]) -> list[dict[str, Any]]:
         """The pending documents to run again after a worker died. One it died on during every allowed attempt
-        is failed instead: a document that kills the process must not take it down at every start."""
+        is failed instead: a document that kills the process must not take it down at every start. One the
+        current version already holds (`holding` names the version) died after its commit: it is committed."""
         again = []
         for record in self.pending():
-            if after_failed_attempt(record["attempts"], retries) is Status.FAILED:
+            if after_failed_attempt(record["attempts"], retries) is not Status.FAILED:
+                again.append(record)
+            elif record["status"] != Status.QUEUED and (version := holding(record["document_id"])) is not None:
+                self.move(record["document_id"], Status.COMMITTED, version=version, error=None)
+            else:
                 self.move(record["document_id"], Status.FAILED,
                           error=f"the worker stopped during all {record['attempts']} attempts")
-            else:
-                again.append(record)
         return again

@@ -56,8 +56,8 @@ def status(answer: bytes) -> int:
 
 
 def test_a_body_with_both_lengths_is_refused_before_it_is_read(server):
-    head = (f"POST /documents HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: 10\r\nTransfer-Encoding: chunked\r\n\r\n").encode()
+    head = ("POST /documents HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            "Content-Length: 10\r\nTransfer-Encoding: chunked\r\n\r\n").encode()
     chunk = b"x" * 65536
     answer = raw(server, head + b"%x\r\n" % len(chunk) + chunk + b"\r\n")
     assert status(answer) == 400 and b"ambiguous_length" in answer

@@ -87,7 +87,19 @@ def test_resumable_fails_a_document_the_worker_died_in_at_every_allowed_attempt(
     died = [store.create({"text": t}, None)[0]["document_id"] for t in ("a", "b")]
     store.move(died[0], Status.TRAINING, attempts=2)  # at the cap with 1 retry: failed
     store.move(died[1], Status.TRAINING, attempts=1)  # a retry is left: run again
-    again = store.resumable(retries=1)
+    again = store.resumable(retries=1, holding=lambda _: None)
     assert [r["document_id"] for r in again] == [died[1]]
     assert store.get(died[0])["status"] == "failed" and "all 2 attempts" in store.get(died[0])["error"]
     assert store.get(died[1])["status"] == "training"
+
+
+@pytest.mark.parametrize("status", [Status.TRAINING, Status.EVALUATING])
+def test_a_document_its_version_holds_is_committed_even_when_its_last_attempt_died(tmp_path, status):
+    """Killed after the commit, before the record said so, in the last allowed attempt: it is not failed (a failed
+    document could not be removed from the version that holds it)."""
+    store = DocumentStore(tmp_path)
+    doc = store.create({"text": "a"}, None)[0]["document_id"]
+    store.move(doc, Status.TRAINING, attempts=2)
+    store.move(doc, status)
+    assert store.resumable(retries=1, holding={doc: 3}.get) == []
+    assert store.get(doc)["status"] == "committed" and store.get(doc)["version"] == 3

@@ -10,6 +10,7 @@ from core.documents import DocumentStore
 from core.lifecycle import FINAL, Status, after_failed_attempt
 from core.queue import VERSION_CHANNEL, RQQueue
 from core.settings import Settings
+from core.versions import VersionStore
 from workers.learner import Learner
 
 log = logging.getLogger(__name__)
@@ -62,8 +63,9 @@ def record_failed_attempt(settings: Settings, document_id: str, error: str) -> N
 def requeue_interrupted(settings: Settings, queue: RQQueue) -> list[str]:
     """Queue again every document a dead worker left unfinished (jobs are idempotent: a finished one is skipped)."""
     documents = DocumentStore(settings.data_dir)
+    versions = VersionStore(settings.data_dir / "versions")
     requeued = []
-    for record in documents.resumable(settings.job_retries):
+    for record in documents.resumable(settings.job_retries, lambda doc: versions.holding(doc, versions.current())):
         if record["status"] == Status.QUEUED and record["job_id"] and queue.has_job(record["job_id"]):
             continue
         job_id = queue.enqueue(record["document_id"], record["attempts"] + 1)
