@@ -72,6 +72,22 @@ class DocumentStore:
                 write_json_atomic(key_file, {"document_id": record["document_id"], "body_sha256": digest})
             return record, True
 
+    def replace(self, document_id: str, rewrite: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+        """Write `rewrite(record)` in the record's place, its status unchanged (erasure: fields dropped, not
+        set)."""
+        with self._lock, self._file_lock:
+            record = rewrite(self.get(document_id))
+            record.update(document_id=document_id, updated_at=time.time())
+            write_json_atomic(self._path(document_id), record)
+            return record
+
+    def forget_idempotency(self, document_id: str) -> None:
+        """Delete the idempotency keys that name the document (each holds a hash of its body)."""
+        with self._lock, self._file_lock:
+            for path in self._keys.glob("*.json"):
+                if (read_json(path) or {}).get("document_id") == document_id:
+                    path.unlink(missing_ok=True)
+
     def discard(self, document_id: str, idempotency_key: str | None) -> None:
         """Take back a record `create` just made (its job could not be queued): a refused request stores nothing."""
         with self._lock, self._file_lock:

@@ -10,7 +10,7 @@ from core import registry
 from core.probes import from_json
 from core.scoring import Probe
 from core.subjects import without_time_markers
-from core.versions import VersionStore
+from core.versions import UnknownVersion, VersionStore
 
 KnowledgeState = dict[str, Any]  # method name -> its composed state; a method absent has learned nothing
 
@@ -24,11 +24,27 @@ def resolve(versions: VersionStore, version: int) -> KnowledgeState:
 
 
 def restored_by(versions: VersionStore, version: int) -> list[str]:
-    """Documents that `version` holds and that a removal along the current lineage took out since: serving
-    `version` again would bring them back."""
-    removed = {m["removes"] for m in versions.lineage(versions.current()) if m.get("removes")}
+    """Documents that `version` holds and that a removal took out, on any lineage and at any time: serving
+    `version` again would bring them back (a rollback to before the removal does not undo it)."""
     held = {d for m in learned_manifests(versions, version) for d in m["documents"]} if version else set()
-    return sorted(removed & held)
+    return sorted(versions.removed() & held)
+
+
+def restoring(versions: VersionStore) -> set[int]:
+    """Every version that `restored_by` names documents for, each manifest read once (not a lineage walk per
+    version: a list of all versions stays linear in their number)."""
+    removed = versions.removed()
+    held: dict[int, set[str]] = {0: set()}
+    unreadable = set()
+    for version in versions.versions()[1:]:  # a parent's number is below its child's
+        try:
+            manifest = versions.manifest(version)
+        except UnknownVersion:  # a manifest a crash emptied: never offered
+            unreadable.add(version)
+            continue
+        kept = held.get(manifest["parent"] or 0, set())
+        held[version] = kept - {manifest["removes"]} if manifest.get("removes") else kept | set(manifest["documents"])
+    return unreadable | {v for v, documents in held.items() if documents & removed}
 
 
 def learned_manifests(versions: VersionStore, version: int) -> list[dict[str, Any]]:

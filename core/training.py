@@ -150,10 +150,10 @@ class UpdateMethod(ABC):
     def committed(self, version: int) -> None:
         """The trained state was committed as `version` and stays loaded for the next document."""
 
-    def can_serve(self, prompt: str, text: str, probes: list[tuple[str, str]]) -> bool:
-        """Whether a probe made from a document could reach what the document teaches (every prompt can, unless
-        the method routes)."""
-        return True
+    def unreachable(self, text: str, probes: list[tuple[str, str]]) -> list[str]:
+        """The prompts of a document's probes that could not reach what the document teaches (none, unless the
+        method routes)."""
+        return []
 
     def route(self, prompt: str) -> Hashable | None:
         """Which part of the loaded state a prompt uses (see ServedMethod.route); None for a method that

@@ -63,6 +63,7 @@ class VersionStore:
         self._events = root / "events.json"
         self._served = root / "served.json"
         self.lock = FileLock(str(root / ".lock"))
+        self._removes: dict[int, str | None] = {}  # version -> the document it removes (removed())
 
     def current(self) -> int:
         try:
@@ -125,6 +126,24 @@ class VersionStore:
                                              "its documents are learned again by a later version",
                                    "flagged_at": time.time()})
             return found
+
+    def removed(self) -> set[str]:
+        """Every document a removal version took out. A manifest's `removes` never changes once written, so each
+        version folder is read once per store."""
+        for version in self._folders(orphans=False):
+            if version not in self._removes:
+                try:
+                    self._removes[version] = self.manifest(version).get("removes")
+                except UnknownVersion:  # emptied by a crash: it removes nothing that can be read
+                    continue
+        return {d for d in self._removes.values() if d}
+
+    def rewrite_manifest(self, version: int, manifest: dict[str, Any]) -> None:
+        """Replace a committed version's manifest (erasure scrubs what a removed document left in it)."""
+        with self.lock:
+            if not 0 < version <= MAX_VERSION or not (self.root / str(version) / MANIFEST_FILE).exists():
+                raise UnknownVersion(f"version {version} does not exist")
+            write_json_atomic(self.root / str(version) / MANIFEST_FILE, manifest)
 
     def lineage(self, version: int) -> list[dict[str, Any]]:
         """Manifests from version 1 up to `version` along parent links (the knowledge it contains)."""

@@ -83,7 +83,7 @@ def test_a_routed_fact_is_served_only_to_its_prompts_and_its_removal_is_exact(tm
         assert removal.status_code == 202
         assert wait_final(client, removal.json()["document_id"])["status"] == "committed"
         erased = client.get(f"/documents/{record['document_id']}").json()
-        assert erased["text"] == "" and erased["probes"] == [] and erased["removed_in_version"] == 2
+        assert "text" not in erased and "probes" not in erased and erased["removed_in_version"] == 2
         assert wait_version(client, 2, "the capital of veltoria is")["text"].strip() != "marnhold"
         back = client.post("/versions/1/activate", json={})  # version 1 holds what was removed
         assert back.status_code == 409 and record["document_id"] in back.json()["error"]["message"]

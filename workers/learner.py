@@ -17,7 +17,7 @@ from typing import Any
 from filelock import FileLock
 
 import methods  # noqa: F401  (registers every method folder)
-from core import faults, registry
+from core import erasure, faults, registry
 from core.documents import DocumentStore
 from core.lifecycle import FINAL, Status, after_failed_attempt
 from core.model.loader import LoadedModel, load_model
@@ -103,7 +103,7 @@ class Learner:
             except AlreadyCommitted as done:  # a retried job whose commit happened: only the record missed it
                 self.forget_loaded()
                 if record.get("removes"):
-                    removal.erase(self.documents, record["removes"], done.version)
+                    erasure.erase(self.documents, self.versions, record["removes"], done.version)
                 self.documents.move(document_id, Status.COMMITTED, version=done.version)
                 return Status.COMMITTED
         raise RuntimeError(f"the current version kept moving during {MAX_PARENT_RETRIES} attempts")
@@ -135,7 +135,7 @@ class Learner:
             return self.reject(run, reason)
         if run.superseded and (retired := run.method.retire(run.superseded)):
             run.fields["retires"] = retired  # what those documents taught is no longer served
-        if unreachable := [p.prompt for p in own if not run.method.can_serve(p.prompt, record["text"], pairs)]:
+        if unreachable := run.method.unreachable(record["text"], pairs):
             return self.reject(run, f"{len(unreachable)} of the document's probes cannot reach what it teaches with "
                                     f"method {run.method.name!r} (e.g. {unreachable[0]!r}): a routed document "
                                     "answers only prompts that name its subject or its rare words")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from core.documents import DocumentStore
+from core import erasure
 from core.lifecycle import Status
 from core.probes import from_json
 from core.state import learned_facts, learned_manifests, resolve
@@ -45,13 +45,8 @@ def remove(learner: Learner, parent: int, record: dict[str, Any]) -> Status:
     replayed = run.method.remove(lineage[position], later, learner.versions.load_delta, earlier, relearn)
     run.fields.update(removes=target["document_id"], replayed=replayed)
     # The target is marked (and erased) first, so a crash after the commit cannot let it be removed twice.
-    return learner.finish(run, probes=[],
-                          on_commit=lambda version: erase(learner.documents, target["document_id"], version))
-
-
-def erase(documents: DocumentStore, document_id: str, removed_in: int) -> None:
-    """A removed document keeps its id and what happened, not what it said. The version that learned it
-    keeps its delta and manifest (its probes): activating it needs an admin's force, and asking it by name
-    (ckl-vN) is refused. Its status stays committed: that is what happened to it."""
-    documents.update(document_id, removed_in_version=removed_in, text="", probes=[], auto_probes=[],
-                     top_weighted_tokens=[])
+    # A removed document keeps its id and what happened (its status stays committed), not what it said
+    # (core/erasure.py). The version that learned it keeps its delta: activating it needs an admin's force, and
+    # asking it by name (ckl-vN) is refused.
+    return learner.finish(run, probes=[], on_commit=lambda version: erasure.erase(
+        learner.documents, learner.versions, target["document_id"], version))

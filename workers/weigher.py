@@ -76,9 +76,6 @@ class Weigher:
         doc = examples.encode(self.tokenizer, record["text"])
         method = self.method(record["method"])
         made = examples.without_subject_answers(examples.auto_probes(doc, self.phi().weights(doc.ids)))
-        while True:  # the key depends on all the probes (their names and answers): again until none goes
-            kept = [(prompt, answer) for prompt, answer in made if method.can_serve(prompt, record["text"], made)]
-            if kept == made:
-                break
-            made = kept
+        while unreachable := set(method.unreachable(record["text"], made)):  # the key depends on all the probes
+            made = [(prompt, answer) for prompt, answer in made if prompt not in unreachable]
         return [Probe(prompt, answer) for prompt, answer in made]

@@ -44,7 +44,7 @@ def compose(manifests: list[dict[str, Any]], load_delta: LoadDelta) -> RoutedSta
     taught: dict[str, Taught] = {}
     for manifest in manifests:
         document_id = manifest["documents"][0]
-        if manifest.get("removes") or document_id in removed:
+        if manifest.get("removes") or manifest.get("erased_in") or document_id in removed:
             continue
         for retired in manifest.get("retires", []):
             taught.pop(retired, None)

@@ -105,8 +105,9 @@ class RoutedMethod(UpdateMethod):
         candidate = [(self.document_id, self.key)] if self.document_id else []
         return self.state.keys() + candidate
 
-    def can_serve(self, prompt: str, text: str, probes: list[tuple[str, str]]) -> bool:
-        return routing.reaches(prompt, routing.key_for(text, probes, self.config.threshold), self.config.threshold)
+    def unreachable(self, text: str, probes: list[tuple[str, str]]) -> list[str]:
+        key = routing.key_for(text, probes, self.config.threshold)  # once: it reads the whole text
+        return [prompt for prompt, _ in probes if not routing.reaches(prompt, key, self.config.threshold)]
 
     def route(self, prompt: str) -> Hashable | None:
         return routing.route(prompt, self._keys(), self.config.threshold)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.model.generation import Generation, SamplingParams
-from core.state import restored_by
+from core.state import restoring
 from core.versions import VersionStore
 from service.errors import ApiError, field_error
 from service.generations import Admitted, GenerationService
@@ -171,6 +171,7 @@ def chat_chunks(run: Run) -> Iterator[ChatCompletionStreamResponse]:
 
 def models(store: VersionStore) -> ModelList:
     """`ckl` and every `ckl-vN` that can be asked: not the versions a removal took documents out of."""
-    made = {v: store.manifest(v).get("created_at") or 0 for v in store.versions() if not restored_by(store, v)}
+    hidden = restoring(store)
+    made = {v: store.manifest(v).get("created_at") or 0 for v in store.versions() if v not in hidden}
     names = [(MODEL, made[store.current()])] + [(fingerprint(v), at) for v, at in made.items()]
     return ModelList(data=[ModelCard(id=name, created=int(at)) for name, at in names])

@@ -8,8 +8,9 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
+from fastapi.responses import JSONResponse
 
-from core import registry
+from core import erasure, registry
 from core.documents import IdempotencyConflict, UnknownDocument
 from core.forgetting import replacements
 from core.keys import Caller
@@ -57,8 +58,12 @@ def post_document(req: DocumentRequest, runtime: RuntimeDep,
 @router.delete("/documents/{document_id}", status_code=202, response_model=DocumentAccepted)
 def delete_document(document_id: str, runtime: RuntimeDep,
                     caller: TeachCaller) -> DocumentAccepted:
-    """Take one document's contribution out (a removable method): a removal job makes a new, gated version."""
+    """Take one document's contribution out (a removable method): a removal job makes a new, gated version. A
+    document no version holds (rejected or failed) is erased at once (200)."""
     target = owned(runtime, document_id, caller)
+    if target["status"] in (Status.REJECTED, Status.FAILED) and not target.get("removes"):
+        erasure.erase(runtime.documents, runtime.versions, document_id, None)
+        return JSONResponse({"document_id": document_id, "status": target["status"], "erased": True})
     refuse_removal(runtime, target)
     require_serving(runtime)
     body = {"text": "", "probes": [], "method": target["method"], "weighting": "uniform", "removes": document_id,

@@ -1,0 +1,49 @@
+"""Erasure: what a removed (or refused) document leaves behind is its id and what happened to it, never what it
+said. Its record keeps only bookkeeping fields; the manifest of the version that learned it loses its probes,
+routing key, neighbours and scores; other versions and records lose the facts of it they replaced; and the
+idempotency keys that named it are deleted (they hold a hash of its body)."""
+from __future__ import annotations
+
+from typing import Any
+
+from core.documents import DocumentStore
+from core.versions import VersionStore
+
+# What a record keeps after erasure: bookkeeping, nothing derived from the text.
+RECORD_KEPT = ("document_id", "status", "method", "weighting", "owner", "created_at", "updated_at", "attempts",
+               "job_id", "version", "timings", "removes")
+# What the learning version's manifest keeps: what composing and listing versions read, nothing from the text.
+MANIFEST_KEPT = ("version", "parent", "documents", "method", "created_at", "delta_file", "delta_sha256",
+                 "delta_bytes", "metrics", "gate", "routing")
+
+
+def scrubbed_record(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: record[k] for k in RECORD_KEPT if k in record}
+
+
+def scrubbed_manifest(manifest: dict[str, Any], removed_in: int | None) -> dict[str, Any]:
+    """The manifest of the version that learned a removed document. `erased_in` tells composing to skip it (its
+    key is gone, so nothing could reach its delta anyway)."""
+    return {**{k: manifest[k] for k in MANIFEST_KEPT if k in manifest}, "probes": [], "erased_in": removed_in}
+
+
+def without_replaced(entries: list[dict[str, Any]], document_id: str) -> list[dict[str, Any]]:
+    return [e for e in entries if e.get("document_id") != document_id]
+
+
+def erase(documents: DocumentStore, versions: VersionStore, document_id: str, removed_in: int | None) -> None:
+    """Erase `document_id` everywhere under the data folder; `removed_in` is the removal's version (None for a
+    document that never became part of any version: rejected or failed)."""
+    documents.replace(document_id, lambda record: {**scrubbed_record(record), "removed_in_version": removed_in,
+                                                   "erased": True})
+    documents.forget_idempotency(document_id)
+    for record in documents.all():
+        if any(e.get("document_id") == document_id for e in record.get("replaces") or []):
+            documents.update(record["document_id"], replaces=without_replaced(record["replaces"], document_id))
+    for version in versions.versions()[1:]:
+        manifest = versions.manifest(version)
+        if document_id in manifest["documents"] and not manifest.get("removes"):
+            versions.rewrite_manifest(version, scrubbed_manifest(manifest, removed_in))
+        elif any(e.get("document_id") == document_id for e in manifest.get("replaces", [])):
+            versions.rewrite_manifest(version, {**manifest,
+                                                "replaces": without_replaced(manifest["replaces"], document_id)})
