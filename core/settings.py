@@ -83,6 +83,12 @@ class Settings(BaseSettings):
     # probes), those whose loss was highest: a step costs the same for the tenth document about a subject as for
     # the first (docs/decisions.md: "Replay: the facts most at risk, a few rows per step").
     replay_rows: int = Field(2, ge=0)
+    # What one document may cost, however long it is: the tokens of its own examples in one step (a long
+    # document's windows come round in turn; its probes' examples are in every step), and the seconds of training
+    # per attempt, after which the gate decides on what was trained (a long document no longer holds the learner
+    # for an hour; docs/decisions.md: "A long document's cost is bounded").
+    max_step_tokens: int = Field(512, gt=0)
+    max_train_s: float = Field(150.0, gt=0)
     # A new fact's first gradients are large enough to blow plain SGD up unclipped
     # (docs/decisions.md: Gradient clipping at norm 1). 0 turns it off.
     max_grad_norm: float = Field(1.0, ge=0)

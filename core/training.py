@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from core.scoring import logits_at, pad_batch
+from core.scoring import next_token_nll, pad_batch
 from core.served import LoadDelta
 from core.settings import Settings
 
@@ -39,6 +39,7 @@ class TrainReport:
     stopped_early: bool
     losses: list[float] = field(default_factory=list)
     seconds: float = 0.0
+    timed_out: bool = False
 
 
 def weighted_positions(examples: list[Example], device: torch.device):
@@ -56,28 +57,31 @@ def weighted_positions(examples: list[Example], device: torch.device):
         as_tensor(weights, torch.float32)
 
 
-def sequence_nll(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor, rows: torch.Tensor,
+def sequence_nll(nll: torch.Tensor, weights: torch.Tensor, rows: torch.Tensor,
                  n_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Each sequence's sum_i w_i * nll_i / sum_i w_i (only weighted positions are passed in), and which sequences
     have any weight (the others' value is 0)."""
-    nll = nn.functional.cross_entropy(logits.float(), targets, reduction="none")
-    num = torch.zeros(n_rows, device=logits.device).index_add(0, rows, weights * nll)
-    den = torch.zeros(n_rows, device=logits.device).index_add(0, rows, weights)
+    num = torch.zeros(n_rows, device=nll.device).index_add(0, rows, weights * nll)
+    den = torch.zeros(n_rows, device=nll.device).index_add(0, rows, weights)
     used = den > 0
     return torch.where(used, num / den.clamp_min(torch.finfo(den.dtype).tiny), 0.0), used
 
 
-def weighted_nll(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor, rows: torch.Tensor,
-                 n_rows: int) -> torch.Tensor:
-    """L = mean over sequences of sum_i w_i * nll_i / sum_i w_i."""
-    per_sequence, used = sequence_nll(logits, targets, weights, rows, n_rows)
-    return per_sequence[used].mean()
-
-
-def batches(examples: list[Example], size: int, steps: int) -> list[list[Example]]:
-    """`steps` batches of `size` examples taken in order, wrapping around."""
-    size = min(size, len(examples))
-    return [[examples[(step * size + i) % len(examples)] for i in range(size)] for step in range(steps)]
+def batches(examples: list[Example], size: int, steps: int, max_tokens: int | None = None) -> list[list[Example]]:
+    """`steps` batches of up to `size` examples and `max_tokens` tokens (at least one example), taken in order,
+    wrapping around: a batch never holds an example twice."""
+    made, at = [], 0
+    for _ in range(steps):
+        batch, tokens = [], 0
+        while len(batch) < min(size, len(examples)):
+            example = examples[at % len(examples)]
+            if batch and max_tokens is not None and tokens + len(example.input_ids) > max_tokens:
+                break
+            batch.append(example)
+            tokens += len(example.input_ids)
+            at += 1
+        made.append(batch)
+    return made
 
 
 def most_at_risk(losses: list[float], n: int) -> list[int]:
@@ -186,7 +190,7 @@ class UpdateMethod(ABC):
         """Each example's weighted loss, and which examples have any weight (sequence_nll)."""
         ids, mask = pad_batch([e.input_ids for e in batch], self.tokenizer.pad_token_id or 0, self.device)
         rows, cols, targets, weights = weighted_positions(batch, self.device)
-        return sequence_nll(logits_at(self.model, ids, mask, rows, cols), targets, weights, rows, len(batch))
+        return sequence_nll(next_token_nll(self.model, ids, mask, rows, cols, targets), weights, rows, len(batch))
 
     @torch.no_grad()
     def measured_losses(self, examples: list[Example], batch_size: int) -> list[float]:
@@ -200,7 +204,8 @@ class UpdateMethod(ABC):
 
     def train(self, examples: list[Example], budget: int, probes_pass: Callable[[], bool] = lambda: False,
               progress: Progress = lambda step, steps: None, optimizer: torch.optim.Optimizer | None = None,
-              batch_size: int = 8, replay: list[Example] = ()) -> TrainReport:
+              batch_size: int = 8, replay: list[Example] = (), pinned: list[Example] = (),
+              deadline: float | None = None) -> TrainReport:
         """Train from the loaded state for `budget` steps, or until `probes_pass()` (checked every few steps)
         and then `extra_steps` more, after which the probes must still pass (else training goes on).
 
@@ -208,6 +213,10 @@ class UpdateMethod(ABC):
         to `batch_size`) and `replay_rows` of the replayed ones, those with the highest loss (measured without
         training every `check_every` steps, and as trained in between): a step costs the same however much is
         replayed, and it goes where the new delta pulls earlier facts away.
+
+        `pinned` (a document's probe examples) are in every step beside the others; the others come round in
+        batches of at most `max_step_tokens` tokens. Training stops at `deadline` (time.perf_counter()), wherever
+        it is (`report.timed_out`).
 
         A document gets a fresh optimizer (moments from another document say nothing about this one);
         a caller that trains over several calls (the benchmark's epochs) passes its own.
@@ -221,7 +230,13 @@ class UpdateMethod(ABC):
         passed_at: int | None = None
         steps = budget + self.extra_steps
         replay_losses: list[float] = []
-        for step, own in enumerate(batches(examples, batch_size, steps)):
+        rest = [e for e in examples if e not in pinned]
+        room = max(1, self.settings.max_step_tokens - sum(len(e.input_ids) for e in pinned))
+        rounds = batches(rest, max(1, batch_size - len(pinned)), steps, room) if rest else [[] for _ in range(steps)]
+        for step, own in enumerate([list(pinned) + batch for batch in rounds]):
+            if deadline is not None and time.perf_counter() > deadline:
+                report.timed_out = True
+                break
             if replay and step % self.settings.check_every == 0:  # what the delta pulls away changes as it grows
                 replay_losses = self.measured_losses(replay, batch_size)
             replayed = most_at_risk(replay_losses, self.settings.replay_rows)

@@ -9,6 +9,8 @@ import time
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from core.keys import hash_key
 from tests.conftest import Server, tiny_env
@@ -34,12 +36,10 @@ def server(tiny_model_dir, tmp_path_factory):
     srv.kill()
 
 
-def raw(server: Server, request: bytes, read: bool = True) -> bytes:
-    """Send `request` as it is; the whole answer (up to the server closing or 5 s of silence)."""
-    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+def raw(server: Server, request: bytes, silence_s: float = 5) -> bytes:
+    """Send `request` as it is; the whole answer (up to the server closing or `silence_s` of silence)."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=silence_s) as s:
         s.sendall(request)
-        if not read:
-            return b""
         answer = b""
         try:
             while chunk := s.recv(65536):
@@ -121,3 +121,23 @@ def test_the_schema_needs_a_key_and_ready_says_nothing_about_the_machine(server)
     assert "/generate" in httpx.get(f"{server.url}/openapi.json", headers=auth("asker")).json()["paths"]
     ready = httpx.get(f"{server.url}/ready").json()
     assert set(ready) == {"ready", "knowledge_version"}
+
+
+METHODS = st.sampled_from(["GET", "POST", "DELETE", "PUT", "PATCH", "OPTIONS", "HEAD", "BREW", "X" * 40])
+PATHS = st.sampled_from(["/generate", "/documents", "/documents/{n}", "/versions/{n}/activate", "/v1/completions",
+                         "/v1/models", "/health", "/metrics", "/documents?limit={n}", "/probes"])
+LENGTH_HEADERS = st.lists(st.sampled_from([
+    "Content-Length: 5", "Content-Length: -1", "Content-Length: 99999999999999999999", "Content-Length: 0x10",
+    "Transfer-Encoding: chunked", "Transfer-Encoding: gzip, chunked", "Transfer-Encoding: identity",
+    "Content-Type: application/json", "Content-Type: text/plain", "Authorization: Bearer key-of-root"]),
+    max_size=4, unique=True)
+
+
+@settings(max_examples=60, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(method=METHODS, path=PATHS, headers=LENGTH_HEADERS, number=st.integers(0, 10**60), body=st.binary(max_size=64))
+def test_raw_requests_with_any_lengths_methods_and_ids_never_get_a_5xx(server, method, path, headers, number, body):
+    head = f"{method} {path.format(n=number)} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+    answer = raw(server, (head + "".join(f"{h}\r\n" for h in headers) + "\r\n").encode() + body, silence_s=1)
+    if answer.startswith(b"HTTP/1.1 "):
+        assert status(answer) < 500, answer[:300]
+    assert httpx.get(f"{server.url}/health").status_code == 200

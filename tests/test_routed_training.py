@@ -2,12 +2,13 @@
 deltas merged into the weights, and each step replays the earlier facts most at risk beside all of the document's
 own examples."""
 import copy
+import time
 
 import torch
 
 from core.scoring import Probe, encode_probe
 from core.settings import Settings
-from core.training import Example, most_at_risk
+from core.training import Example, batches, most_at_risk
 from methods.routed import routing
 from methods.routed.serving import RoutedState, Taught
 from methods.routed.training import RoutedMethod
@@ -120,3 +121,27 @@ def test_each_step_trains_all_own_examples_and_the_replayed_fact_most_at_risk(ti
     assert all(batch[:2] == own for batch in trained)
     assert trained[0][2] is replay[1]
     assert all(batch == replay for batch in measured)
+
+
+def test_batches_hold_at_most_their_tokens_and_go_round_the_examples_in_turn():
+    examples = [Example([n] * length, [1.0] * length) for n, length in enumerate([3, 3, 5, 2])]
+    made = [[e.input_ids[0] for e in batch] for batch in batches(examples, 8, 4, max_tokens=6)]
+    assert made == [[0, 1], [2], [3, 0], [1]]  # an example over the room still makes a batch of its own
+    assert [[e.input_ids[0] for e in b] for b in batches(examples, 2, 2)] == [[0, 1], [2, 3]]
+    assert [len(b) for b in batches(examples[:1], 8, 3, max_tokens=1)] == [1, 1, 1]
+
+
+def test_a_long_document_trains_its_probes_in_every_step_and_stops_at_the_deadline(tiny):
+    text = "the capital of veltoria is marnhold"
+    method = RoutedMethod(tiny.model, tiny.tokenizer, Settings(max_step_tokens=64))
+    method.begin("long", text, [("the capital of veltoria is", "marnhold")])
+    ids = tiny.tokenizer(text)["input_ids"]
+    probe = Example(ids, [0.0] * (len(ids) - 1) + [1.0])
+    windows = [Example((ids[n:] * 10)[:40], [1.0] * 40) for n in range(5)]  # 40 tokens each
+    seen: list[list[int]] = []
+    original = method.losses
+    method.losses = lambda batch: (seen.append([len(e.input_ids) for e in batch]), original(batch))[1]
+    report = method.train([*windows, probe], budget=4, pinned=[probe])
+    assert report.steps == 4 and all(sizes[0] == len(ids) and sum(sizes[1:]) <= 64 for sizes in seen[:4])
+    report = method.train([*windows, probe], budget=50, pinned=[probe], deadline=time.perf_counter())
+    assert report.timed_out and report.steps == 0

@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from core.scoring import Probe, encode_probe, join_probe, logits_at, pad_batch, score_probes
-from core.training import weighted_nll
+from core.scoring import Probe, encode_probe, join_probe, logits_at, next_token_nll, pad_batch, score_probes
+from core.training import sequence_nll
 
 
 def test_join_probe_adds_one_space_only_when_needed():
@@ -57,11 +57,36 @@ def test_logits_at_equals_full_forward(tiny):
     torch.testing.assert_close(picked, full[rows, cols])
 
 
+def test_the_chunked_loss_equals_the_loss_of_the_whole_logits_and_so_do_its_gradients(tiny):
+    ids, mask = pad_batch([[2, 5, 6, 7, 9], [2, 8, 4]], 0, torch.device("cpu"))
+    rows, cols, targets = torch.tensor([0, 0, 0, 1, 1]), torch.tensor([0, 1, 3, 0, 1]), torch.tensor([5, 6, 9, 8, 4])
+    params = list(tiny.model.parameters())
+
+    def loss_and_grads(loss_fn):
+        for p in params:
+            p.requires_grad_(True)
+        try:
+            loss = loss_fn()
+            grads = torch.autograd.grad(loss.sum(), params, allow_unused=True)
+        finally:
+            for p in params:
+                p.requires_grad_(False)
+        return loss.detach(), [g for g in grads if g is not None]
+    whole = lambda: torch.nn.functional.cross_entropy(logits_at(tiny.model, ids, mask, rows, cols).float(), targets,
+                                                      reduction="none")
+    chunked = lambda: next_token_nll(tiny.model, ids, mask, rows, cols, targets, chunk=2)  # three chunks
+    (expected, expected_grads), (got, got_grads) = loss_and_grads(whole), loss_and_grads(chunked)
+    torch.testing.assert_close(got, expected)
+    assert len(got_grads) == len(expected_grads) > 0
+    for a, b in zip(got_grads, expected_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
 def test_weighted_nll_by_hand():
-    logits = torch.tensor([[2.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
-    targets = torch.tensor([0, 0, 1])
+    nll = torch.tensor([math.log(1 + math.exp(-2)), math.log(1 + math.exp(1)), math.log(2)])
     weights = torch.tensor([1.0, 3.0, 2.0])
     rows = torch.tensor([0, 0, 1])
-    nll = [math.log(1 + math.exp(-2)), math.log(1 + math.exp(1)), math.log(2)]
     expected = ((1 * nll[0] + 3 * nll[1]) / 4 + nll[2]) / 2
-    assert float(weighted_nll(logits, targets, weights, rows, 2)) == pytest.approx(expected, rel=1e-5)
+    per_sequence, used = sequence_nll(nll, weights, rows, 3)  # the third sequence has no weighted position
+    assert used.tolist() == [True, True, False]
+    assert float(per_sequence[used].mean()) == pytest.approx(float(expected), rel=1e-5)

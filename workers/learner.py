@@ -221,13 +221,15 @@ class Learner:
         progress(0, budget)
         faults.kill_point("training")
         clock = time.perf_counter()
+        pinned = [e for e in self.weigher.probe_examples(own) if e in examples]  # trained in every step
         report = run.method.train(
             examples, budget,
             probes_pass=lambda: bool(own) and all(s == 1.0 for s in score_probes(self.model, self.tokenizer, own)),
-            progress=progress, optimizer=optimizer, replay=run.replay)
+            progress=progress, optimizer=optimizer, replay=run.replay, pinned=pinned,
+            deadline=clock + self.settings.max_train_s)
         run.timings["train_s"] = run.timings.get("train_s", 0.0) + time.perf_counter() - clock
         run.fields["training"] = {"steps": report.steps, "stopped_early": report.stopped_early,
-                                  "losses": report.losses}
+                                  "timed_out": report.timed_out, "losses": report.losses}
 
     def finish(self, run: Run, probes: list[dict[str, str]],
                on_commit: Callable[[int], object] = lambda version: None, may_retry: bool = False) -> Status:
@@ -246,7 +248,9 @@ class Learner:
                   "own_before": run.before.own, "own_after": after.own}
         outcome = {"gate": decision.to_json(), "scores": scores, **run.fields}
         if not decision.accepted:
-            plan = gate.retry_plan(decision) if may_retry and self.settings.retry_on_rejection else None
+            timed_out = (run.fields.get("training") or {}).get("timed_out")  # more steps would not fit either
+            plan = gate.retry_plan(decision) if may_retry and self.settings.retry_on_rejection and not timed_out \
+                else None
             if plan is not None:
                 self.forget_loaded()
                 raise RetryAfterRejection(plan, decision.to_json(), run.fields.get("training"))
