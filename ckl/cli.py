@@ -162,7 +162,7 @@ BENCHES = {"generate": "bench.generate", "serve": "bench.serve", "dtype": "bench
            "make-facts": "bench.make_facts", "lama-ckl": "bench.lama_ckl.cli", "ta-costs": "bench.ta_costs",
            "phi-transfer": "bench.phi_transfer", "phi-facts": "bench.phi_facts", "phi-heads": "bench.phi_heads",
            "phi-kept": "bench.phi_kept", "lama-orders": "bench.lama_ckl.orders",
-           "api-overhead": "bench.overhead", "auto-probes": "bench.auto_probes"}
+           "api-overhead": "bench.overhead", "auto-probes": "bench.auto_probes", "long-document": "bench.long_document"}
 
 
 # Packages of the `bench` extra only (pyproject.toml), never needed to serve.
