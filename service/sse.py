@@ -18,6 +18,8 @@ class Closable(Protocol):
 
 
 class EventStream(StreamingResponse):
+    """A streamed response that closes its generation when it ends: finished, failed or cancelled."""
+
     def __init__(self, lines: Iterator[str], generation: Closable) -> None:
         super().__init__(lines, media_type="text/event-stream",
                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
