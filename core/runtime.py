@@ -64,8 +64,9 @@ class Runtime:
                 threading.Thread(target=self._listen_redis, args=(rq,), daemon=True).start()
             else:
                 self.queue = InProcessQueue(lambda doc_id: (run_job(doc_id), self._wake.set()), s.job_retries)
-                held = lambda doc: self.versions.holding(doc, self.versions.current())  # noqa: E731
-                for record in self.documents.resumable(s.job_retries, held):  # the worker died with the last server
+                held = self.versions.current()
+                for record in self.documents.resumable(  # the worker died with the last server
+                        s.job_retries, lambda doc: self.versions.holding(doc, held)):
                     self.queue.enqueue(record["document_id"], record["attempts"])
             threading.Thread(target=self._watch, daemon=True, name="ckl-version-watcher").start()
             self.serving = serving
