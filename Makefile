@@ -3,18 +3,36 @@
 PYTHON ?= $(firstword $(foreach p,python3.11 python3.12 python3.13 python3,$(if $(shell $(p) --version 2>/dev/null),$(p))))
 VENV ?= .venv
 BIN := $(VENV)/bin
+# torch: PyTorch's CPU wheel on any machine, or the wheel pip's find-links already hold (no index asked then);
+# `make GPU=1` takes PyPI's CUDA build instead.
+TORCH := torch==2.13.0
+CPU_TORCH_INDEX := https://download.pytorch.org/whl/cpu
 
-.PHONY: serve test install bench-generate bench-teach
+.PHONY: serve test install lock bench-generate bench-teach
 
-$(BIN)/ckl: pyproject.toml
+$(BIN)/ckl: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	# torch first, pinned: the CPU wheel on this kind of machine, never a multi-GB CUDA build by accident.
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev]'
+	# torch first, pinned: the CPU wheel unless GPU is set, never a multi-GB CUDA build by accident.
+ifdef GPU
+	$(BIN)/pip install --quiet $(TORCH)
+else
+	$(BIN)/pip install --quiet --no-index $(TORCH) 2>/dev/null \
+	  || $(BIN)/pip install --quiet --index-url $(CPU_TORCH_INDEX) $(TORCH)
+endif
+	# Every other dependency at the version requirements.lock names (make lock writes it).
+	$(BIN)/pip install --quiet --constraint requirements.lock -e '.[dev]'
 	touch $(BIN)/ckl
 
 install: $(BIN)/ckl
+
+# The lock: every dependency of the project and its extras, at one version each, resolved by uv from PyPI (torch
+# left out: it comes from its own index, above). Run after a change to pyproject.toml's dependencies.
+lock:
+	$(PYTHON) -m venv .lock-venv && .lock-venv/bin/pip install --quiet uv==0.9.9
+	.lock-venv/bin/uv pip compile pyproject.toml --all-extras --universal --python-version 3.11 \
+	  --no-emit-package torch --output-file requirements.lock
+	rm -r .lock-venv
 
 serve: install
 	$(BIN)/ckl serve

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +19,9 @@ from core.settings import Settings
 from core.versions import UnknownVersion, VersionStore
 
 log = logging.getLogger(__name__)
+# A queued record without a job older than this was left by a crash between its write and its enqueue (a live
+# request takes milliseconds between the two): the API queues its job.
+UNQUEUED_AFTER_S = 30.0
 
 
 @dataclass
@@ -62,6 +66,7 @@ class Runtime:
                 rq = RQQueue(run_job, s.redis_url, s.queue_name, s.job_timeout_s, s.job_retries)
                 self.queue = rq
                 threading.Thread(target=self._listen_redis, args=(rq,), daemon=True).start()
+                threading.Thread(target=self._queue_orphans, args=(rq,), daemon=True, name="ckl-orphans").start()
             else:
                 self.queue = InProcessQueue(lambda doc_id: (run_job(doc_id), self._wake.set()), s.job_retries)
                 held = self.versions.current()
@@ -125,6 +130,19 @@ class Runtime:
                         self._wake.set()
             except Exception:  # Redis went away: the watcher's polling still picks versions up
                 self._stop.wait(self.settings.version_poll_s)
+
+    def _queue_orphans(self, rq: RQQueue) -> None:
+        """Queue the job of every record a crash left queued without one, now and every UNQUEUED_AFTER_S (the
+        worker's start re-queues what it finds unfinished; this covers the API's own crash)."""
+        while not self._stop.is_set():
+            try:
+                for record in self.documents.unqueued(time.time() - UNQUEUED_AFTER_S):
+                    log.warning("queueing document %s: its job was never queued", record["document_id"])
+                    job_id = rq.enqueue(record["document_id"], record["attempts"])
+                    self.documents.update(record["document_id"], job_id=job_id)
+            except Exception:  # Redis away or a record being erased: the next round tries again
+                log.exception("could not queue the jobs of unqueued documents")
+            self._stop.wait(UNQUEUED_AFTER_S)
 
     def notify(self) -> None:
         self._wake.set()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -18,6 +19,17 @@ if TYPE_CHECKING:  # settings name the registry, which names this interface
     from core.settings import Settings
 
 LoadDelta = Callable[[int], dict[str, torch.Tensor]]
+OFF = "off"  # a route: none of the version's state, the method runs as in version 0
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The knowledge one request names instead of routing: documents by id, subjects by name."""
+    documents: frozenset[str] = frozenset()
+    subjects: frozenset[str] = frozenset()
+
+    def names(self) -> frozenset[str]:
+        return self.documents | self.subjects
 
 
 class ServedMethod(ABC):
@@ -43,6 +55,16 @@ class ServedMethod(ABC):
         """What of `version`'s state a prompt uses, decided once per request (a method that routes, e.g. to one
         document's delta, says where; None: the whole state, or nothing routed)."""
         return None
+
+    def select(self, version: int, choice: Choice) -> tuple[Hashable | None, set[str]]:
+        """The route that uses only the chosen knowledge, and the names of the choice it found in `version`. A
+        method that cannot take one document alone serves none of its state (OFF)."""
+        return OFF, set()
+
+    def cite(self, version: int, prompt: str, route: Hashable | None) -> list[dict[str, Any]]:
+        """What of `version`'s state a prompt on `route` used (called only when the method learned something in
+        `version` and is not OFF): by default all of it."""
+        return [{"method": self.name, "document_id": None, "whole_version": True}]
 
     @abstractmethod
     def use(self, version: int, route: Hashable | None = None) -> None:

@@ -3,8 +3,9 @@ holds which scopes is core/keys.py's."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Annotated
 
-from fastapi import Request
+from fastapi import Depends, Request
 
 from core.keys import Caller, find_caller
 from service.errors import ApiError
@@ -25,3 +26,6 @@ def needs(scope: str) -> Callable[[Request], Caller]:
         return caller
     check.scope = scope  # type: ignore[attr-defined]  # read by the test that walks every route
     return check
+
+
+GenerateCaller = Annotated[Caller, Depends(needs("generate"))]  # the generating routes' rule, and who asks

@@ -3,17 +3,28 @@ asked for, the caps on generations running and waiting, the batch scheduler that
 metrics."""
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Generator, Iterator
 from contextlib import closing, suppress
+from typing import Any, Literal
 
+from core.documents import UnknownDocument
+from core.keys import Caller
 from core.model.batching import Scheduler
 from core.model.generation import Generation, SamplingParams
-from core.model.serving import ServingModel
+from core.model.serving import ServingModel, UnknownKnowledge
 from core.runtime import Runtime
+from core.served import Choice
 from core.state import resolve, restored_by
 from service.errors import ApiError, busy, field_error
 from service.metrics import Metrics
+from service.schemas import Knowledge
+
+# What a request asks to answer with: "auto" (the prompt's routes), "off" (the base model), or documents by id and
+# subjects by name (service/schemas.py: KnowledgeChoice).
+Chosen = Literal["auto", "off"] | list[str]
+DOCUMENT_NAME = re.compile(r"[0-9a-f]{16}")  # an entry of this form names a document, else a subject
 
 
 def require_serving(runtime: Runtime) -> ServingModel:
@@ -73,21 +84,62 @@ class GenerationService:
             raise ApiError(404, "model_not_found", f"version {model_version} holds documents removed since")
         return model_version
 
-    def stream(self, ids: list[int], params: SamplingParams, version: int | None = None) -> Admitted:
+    def choice(self, knowledge: Chosen, caller: Caller | None) -> Choice | None:
+        """The documents and subjects a request names (None: "auto" or "off"); 422 for a document the caller may not
+        see, as for one that does not exist."""
+        if isinstance(knowledge, str):
+            return None
+        if caller is None:
+            raise TypeError("a request that names its knowledge needs the caller who may see it")
+        documents = {name for name in knowledge if DOCUMENT_NAME.fullmatch(name)}
+        for document_id in sorted(documents):
+            try:
+                record = self.runtime.documents.get(document_id)
+            except UnknownDocument:
+                record = None
+            if record is None or not caller.owns(record):
+                raise field_error("knowledge", "unknown_document", f"no document {document_id}")
+        return Choice(frozenset(documents), frozenset(knowledge) - documents)
+
+    def held(self, version: int | None, choice: Choice) -> int:
+        """The version a chosen request runs on (the one asked, or the current one), checked to hold everything the
+        choice names: 422 otherwise."""
+        serving = self.serving()
+        version = serving.current if version is None else version
+        with serving.pinned(version, self.loader(version)) as version:
+            try:
+                serving.routes(version, "", choice)
+            except UnknownKnowledge as exc:
+                raise field_error("knowledge", "not_in_version",
+                                  f"version {version} holds no document or subject named {exc}; documents of the "
+                                  "routed method can be chosen, by id or by subject") from None
+        return version
+
+    def loader(self, version: int | None) -> Any:
+        return (lambda: resolve(self.runtime.versions, version)) if version else None
+
+    def stream(self, ids: list[int], params: SamplingParams, version: int | None = None,
+               knowledge: Chosen = "auto", caller: Caller | None = None) -> Admitted:
         """Text pieces, then the Generation. Checked now, before a streamed response sends anything: 404 for a
-        version that cannot be asked, 429 when as many generations run and wait as the settings allow."""
+        version that cannot be asked, 422 for knowledge it does not hold or the caller may not name, 429 when as
+        many generations run and wait as the settings allow."""
         scheduler = self.scheduler()
         version = self.version(version)
+        choice = self.choice(knowledge, caller)
+        if knowledge == "off":
+            version = 0
+        elif choice is not None:
+            version = self.held(version, choice)
         if not self._admitted.acquire(blocking=False):
             s = self.settings
             raise busy(f"{s.max_concurrent_generations} generations are running and {s.max_waiting_generations} "
                        "waiting", retry_after_s=1)
         slot = Slot(self._admitted)
-        load = (lambda: resolve(self.runtime.versions, version)) if version else None
+        load = self.loader(version)
 
         def pieces() -> Iterator[str | Generation]:
             try:
-                with closing(scheduler.stream(ids, params, version, load, on_retire=slot.release)) as items:
+                with closing(scheduler.stream(ids, params, version, load, slot.release, choice)) as items:
                     for item in items:
                         if isinstance(item, Generation):
                             self.metrics.generation(item.timing["first_token_s"], item.completion_tokens)
@@ -95,6 +147,12 @@ class GenerationService:
             finally:
                 slot.release()
         return Admitted(pieces(), slot)
+
+
+def citation(result: Generation, knowledge: Chosen) -> dict[str, Any]:
+    """What an answer reports of the knowledge it used: its version, what the request chose, and each document
+    (with its route score and the key terms the prompt named) or method whose delta was on."""
+    return Knowledge(version=result.knowledge_version, chosen=knowledge, used=result.used).model_dump()
 
 
 class Slot:

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidatorFunctionWrapHandler, field_validator
 
 from core import registry
 
@@ -29,6 +29,37 @@ def greedy_or_stable(value: float) -> float:
     return value
 
 
+# "auto": the prompt's routes; "off": the base model; else documents by id and subjects by name (their deltas only).
+KnowledgeChoice = Literal["auto", "off"] | Annotated[
+    list[Annotated[str, Field(min_length=1, max_length=200)]], Field(min_length=1, max_length=16)]
+
+
+def knowledge_choice(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """One clear error for a `knowledge` that is neither of the union's shapes (pydantic gives one per shape)."""
+    try:
+        return handler(value)
+    except ValidationError:
+        raise ValueError('"auto", "off", or a list of 1 to 16 document ids and subject names (1 to 200 '
+                         'characters each)') from None
+
+
+class UsedKnowledge(BaseModel):
+    """One delta an answer used: a routed document (its route score and the key terms the prompt named), or a
+    method's whole learned state (`whole_version`)."""
+    method: str
+    document_id: str | None
+    score: float | None = None
+    terms: list[str] = []
+    whole_version: bool = False
+
+
+class Knowledge(BaseModel):
+    """What answered: the knowledge version, what the request chose, and the deltas that were on."""
+    version: int
+    chosen: KnowledgeChoice
+    used: list[UsedKnowledge]
+
+
 class GenerateRequest(Strict):
     prompt: str = Field(min_length=1)
     max_new_tokens: int = Field(64, gt=0)
@@ -36,10 +67,12 @@ class GenerateRequest(Strict):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     stop: list[str] = Field(default_factory=list, max_length=8)
     seed: int | None = Field(None, ge=0, lt=2**63)  # torch's generator takes a signed 64-bit seed
-    stream: bool = False  # Server-Sent Events: {"text"} pieces, then {"done": true, usage, knowledge_version}
+    stream: bool = False  # Server-Sent Events: {"text"} pieces, then {"done": true, usage, knowledge}
+    knowledge: KnowledgeChoice = "auto"
 
     _prompt = field_validator("prompt")(not_blank)
     _temperature = field_validator("temperature")(greedy_or_stable)
+    _knowledge = field_validator("knowledge", mode="wrap")(knowledge_choice)
 
 
 class GenerateResponse(BaseModel):
@@ -49,6 +82,7 @@ class GenerateResponse(BaseModel):
     knowledge_version: int
     finish_reason: Literal["stop", "length"]
     timing: dict[str, float]
+    knowledge: Knowledge
 
 
 class ProbeIn(Strict):
@@ -80,11 +114,21 @@ class DocumentRequest(Strict):
         return value
 
 
+class Cost(BaseModel):
+    """What learning a document will cost, known at POST: its tokens, the documents queued before it, and the most
+    seconds of training it may take (CKL_MAX_TRAIN_S per training, and one more training after a rejection that
+    suggests one, where CKL_RETRY_ON_REJECTION allows it)."""
+    tokens: int
+    documents_ahead: int
+    train_s_at_most: float
+
+
 class DocumentAccepted(BaseModel):
     document_id: str
     job_id: str | None
     status: str
     status_url: str
+    cost: Cost | None = None  # for a new document (a repeated idempotency key answers the record as it is)
 
 
 class ActivateRequest(Strict):

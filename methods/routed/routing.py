@@ -19,6 +19,7 @@ at a prompt encode its template, not its subject (docs/decisions.md: "Routing ke
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from wordfreq import zipf_frequency
 
@@ -103,6 +104,31 @@ def scores(prompt_words: set[str], key: dict[str, float]) -> tuple[float, float]
             else:
                 about += value
     return about, about + by_answer
+
+
+def evidence(prompt_words: set[str], key: dict[str, float]) -> dict[str, Any]:
+    """Why a prompt reaches a document: its score (answers' terms included) and the key's terms it names (each
+    made of the prompt's own words, so a citation shows nothing of the document the prompt did not say)."""
+    named = sorted(term for term in key if matches(term, prompt_words))
+    return {"score": round(sum(key[term] for term in named), 3), "terms": named}
+
+
+def chosen(keys: Sequence[tuple[str, dict[str, float]]], documents: Iterable[str],
+           subjects: Iterable[str]) -> tuple[tuple[str, ...], set[str]]:
+    """The documents, in teaching order, that a request names by id or by subject (a subject is named by the words
+    of one of its key's terms: "Vontarex", "Harvard University"), and the ids and subjects that named any."""
+    documents = set(documents)
+    wanted = {subject: words(subject) for subject in subjects}
+    ids, found = [], set()
+    for document_id, key in keys:
+        names = [words(term.partition("|")[0]) for term in asked(key)]
+        hits = {subject for subject, ws in wanted.items() if ws in names}
+        if document_id in documents:
+            hits.add(document_id)
+        if hits:
+            ids.append(document_id)
+            found |= hits
+    return tuple(ids), found
 
 
 def route(prompt: str, keys: Sequence[tuple[str, dict[str, float]]], threshold: float) -> tuple[str, ...] | None:

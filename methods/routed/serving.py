@@ -13,8 +13,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from core.served import LoadDelta, ServedMethod
+from core.served import Choice, LoadDelta, ServedMethod
 from core.settings import Settings
+from core.subjects import words
 from methods.routed import routing
 from methods.routed.config import RoutedSettings
 from methods.routed.layer import LoraShape, RoutedLora
@@ -86,6 +87,15 @@ class RoutedServed(ServedMethod):
 
     def route(self, version: int, prompt: str) -> Hashable | None:
         return routing.route(prompt, self._keys[version], self.config.threshold)
+
+    def select(self, version: int, choice: Choice) -> tuple[Hashable | None, set[str]]:
+        chosen, found = routing.chosen(self._keys[version], choice.documents, choice.subjects)
+        return chosen or None, found
+
+    def cite(self, version: int, prompt: str, route: Hashable | None) -> list[dict[str, Any]]:
+        keys = dict(self._keys[version])
+        return [{"method": self.name, "document_id": document_id, **routing.evidence(words(prompt), keys[document_id])}
+                for document_id in route or ()]
 
     def use(self, version: int, route: Hashable | None = None) -> None:
         self.lora.active = route

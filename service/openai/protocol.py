@@ -3,14 +3,18 @@ as OpenAI's clients send many) and responses, their fields in the order they are
 
 Streamed chunks are sent with exclude_unset (as vLLM sends them): a field a chunk was not given is left out of
 its JSON, so a chunk model gives defaults only to what a chunk may leave out (`usage` but on the last chunk,
-`role` but in the first delta); a None given stays in, as null."""
+`role` but in the first delta); a None given stays in, as null.
+
+One extension on both sides: `knowledge` in a request (the official client sends it with `extra_body`) chooses
+what answers as on /generate, and `knowledge` in a response (a whole one, or the last chunk; the client keeps
+fields it does not know) says what answered."""
 from __future__ import annotations
 
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from service.schemas import greedy_or_stable
+from service.schemas import Knowledge, KnowledgeChoice, greedy_or_stable, knowledge_choice
 
 MODEL = "ckl"  # the current knowledge version; "ckl-v<N>" pins version N
 
@@ -28,8 +32,10 @@ class OpenAIRequest(BaseModel):
     stop: str | list[str] | None = None
     seed: int | None = Field(None, ge=0, lt=2**63)
     logprobs: Any = None
+    knowledge: KnowledgeChoice = "auto"  # extension: the knowledge to answer with (/generate's field)
 
     _temperature = field_validator("temperature")(greedy_or_stable)
+    _knowledge = field_validator("knowledge", mode="wrap")(knowledge_choice)
 
 
 class CompletionRequest(OpenAIRequest):
@@ -81,6 +87,7 @@ class CompletionResponse(BaseModel):
     system_fingerprint: str
     choices: list[CompletionChoice]
     usage: UsageInfo
+    knowledge: Knowledge  # extension: what answered
 
 
 class AssistantMessage(BaseModel):
@@ -103,6 +110,7 @@ class ChatCompletionResponse(BaseModel):
     system_fingerprint: str
     choices: list[ChatCompletionChoice]
     usage: UsageInfo
+    knowledge: Knowledge  # extension: what answered
 
 
 # Chunks: no defaults but on the fields a chunk may leave out (see the module's docstring).
@@ -120,6 +128,7 @@ class CompletionStreamResponse(BaseModel):
     system_fingerprint: str | None  # null until the last chunk names the version that answered, unless pinned
     choices: list[CompletionStreamChoice]
     usage: UsageInfo | None = None
+    knowledge: Knowledge | None = None  # extension, on the last chunk
 
 
 class DeltaMessage(BaseModel):
@@ -141,6 +150,7 @@ class ChatCompletionStreamResponse(BaseModel):
     system_fingerprint: str | None
     choices: list[ChatCompletionStreamChoice]
     usage: UsageInfo | None = None
+    knowledge: Knowledge | None = None  # extension, on the last chunk
 
 
 class ModelCard(BaseModel):

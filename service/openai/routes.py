@@ -1,4 +1,5 @@
-"""The /v1 router: every route needs the generate scope. A streamed answer is Server-Sent Events of chunks,
+"""The /v1 router: every route needs the generate scope (the caller is known to the generating ones: a request may
+name the documents it can see). A streamed answer is Server-Sent Events of chunks,
 then `data: [DONE]`; a whole one is the response model."""
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 
-from service.auth import needs
+from service.auth import GenerateCaller, needs
 from service.dependencies import GenerationsDep, RuntimeDep
 from service.openai import serving
 from service.openai.protocol import (
@@ -18,7 +19,7 @@ from service.openai.protocol import (
 )
 from service.sse import event_stream
 
-router = APIRouter(prefix="/v1", dependencies=[Depends(needs("generate"))])
+router = APIRouter(prefix="/v1")
 STREAMED = {200: {"content": {"text/event-stream": {}}}}
 
 
@@ -30,15 +31,15 @@ def respond(answer: Any) -> Any:
 
 
 @router.post("/completions", response_model=CompletionResponse, responses=STREAMED)
-def completions(req: CompletionRequest, generations: GenerationsDep) -> Any:
-    return respond(serving.completion(generations, req))
+def completions(req: CompletionRequest, generations: GenerationsDep, caller: GenerateCaller) -> Any:
+    return respond(serving.completion(generations, req, caller))
 
 
 @router.post("/chat/completions", response_model=ChatCompletionResponse, responses=STREAMED)
-def chat_completions(req: ChatCompletionRequest, generations: GenerationsDep) -> Any:
-    return respond(serving.chat(generations, req))
+def chat_completions(req: ChatCompletionRequest, generations: GenerationsDep, caller: GenerateCaller) -> Any:
+    return respond(serving.chat(generations, req, caller))
 
 
-@router.get("/models")
+@router.get("/models", dependencies=[Depends(needs("generate"))])
 def models(runtime: RuntimeDep) -> ModelList:
     return serving.models(runtime.versions)

@@ -10,11 +10,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from core.keys import Caller
 from core.model.generation import Generation, SamplingParams
 from core.state import restoring
 from core.versions import VersionStore
 from service.errors import ApiError, field_error
-from service.generations import Admitted, GenerationService
+from service.generations import Admitted, GenerationService, citation
 from service.openai.protocol import (
     MODEL,
     AssistantMessage,
@@ -95,45 +96,50 @@ class Run:
     id: str
     created: int
     model: str
+    knowledge: Any  # what the request chose (its `knowledge`)
 
     def result(self) -> Generation:
         *_, last = self.pieces
         return last
+
+    def tail(self, result: Generation) -> dict[str, Any]:
+        """What the whole answer, or its last chunk, says of the generation: version, usage, knowledge used."""
+        return {"system_fingerprint": fingerprint(result.knowledge_version), "usage": usage(result),
+                "knowledge": citation(result, self.knowledge)}
 
     def head(self, item: str | Generation) -> dict[str, Any]:
         """The fields of the chunk sent for `item`. The last chunk carries usage (OpenAI sends usage only when
         asked, in a chunk of its own; a client that ignores unknown fields reads this one the same)."""
         head: dict[str, Any] = {"id": self.id, "created": self.created, "model": self.model}
         if isinstance(item, Generation):
-            return {**head, "system_fingerprint": fingerprint(item.knowledge_version), "usage": usage(item)}
+            return {**head, **self.tail(item)}
         return {**head, "system_fingerprint": fingerprint(self.version) if self.version is not None else None}
 
 
-def start(generations: GenerationService, req: OpenAIRequest, prompt: str, id_prefix: str, default_tokens: int,
-          tokens: int | None = None) -> Run:
-    """Checked in this order: what cannot be honoured, the model name, the prompt's limits, then admission."""
+def start(generations: GenerationService, req: OpenAIRequest, caller: Caller, prompt: str, id_prefix: str,
+          default_tokens: int, tokens: int | None = None) -> Run:
+    """Checked in this order: what cannot be honoured, the model name, the prompt's limits, then the knowledge
+    and admission."""
     params = sampling_params(req, default_tokens, tokens)
     version = pinned_version(req.model)
     ids = generations.prompt_ids(prompt, params.max_new_tokens, tokens_field="max_tokens")
-    pieces = generations.stream(ids, params, version)
-    return Run(pieces, version, f"{id_prefix}-{uuid.uuid4().hex}", int(time.time()), req.model)
+    pieces = generations.stream(ids, params, version, req.knowledge, caller)
+    return Run(pieces, version, f"{id_prefix}-{uuid.uuid4().hex}", int(time.time()), req.model, req.knowledge)
 
 
-def completion(generations: GenerationService,
-               req: CompletionRequest) -> CompletionResponse | Chunks:
+def completion(generations: GenerationService, req: CompletionRequest,
+               caller: Caller) -> CompletionResponse | Chunks:
     prompts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
     if len(prompts) != 1:
         raise field_error("prompt", "unsupported", "one prompt per request")
     if not prompts[0].strip():
         raise field_error("prompt", "string_too_short", "must not be empty")
-    run = start(generations, req, prompts[0], "text", COMPLETION_TOKENS)
+    run = start(generations, req, caller, prompts[0], "text", COMPLETION_TOKENS)
     if req.stream:
         return Chunks(completion_chunks(run), run.pieces)
     result = run.result()
-    return CompletionResponse(id=run.id, created=run.created, model=run.model,
-                              system_fingerprint=fingerprint(result.knowledge_version),
-                              choices=[CompletionChoice(text=result.text, finish_reason=result.finish_reason)],
-                              usage=usage(result))
+    return CompletionResponse(id=run.id, created=run.created, model=run.model, **run.tail(result),
+                              choices=[CompletionChoice(text=result.text, finish_reason=result.finish_reason)])
 
 
 def completion_chunks(run: Run) -> Iterator[CompletionStreamResponse]:
@@ -144,19 +150,17 @@ def completion_chunks(run: Run) -> Iterator[CompletionStreamResponse]:
         yield CompletionStreamResponse(**run.head(item), object="text_completion", choices=[choice])
 
 
-def chat(generations: GenerationService,
-         req: ChatCompletionRequest) -> ChatCompletionResponse | Chunks:
+def chat(generations: GenerationService, req: ChatCompletionRequest,
+         caller: Caller) -> ChatCompletionResponse | Chunks:
     prompt = chat_prompt(generations.serving().tokenizer, req.messages)
-    run = start(generations, req, prompt, "chat", generations.settings.max_new_tokens_cap,
+    run = start(generations, req, caller, prompt, "chat", generations.settings.max_new_tokens_cap,
                 tokens=req.max_completion_tokens)
     if req.stream:
         return Chunks(chat_chunks(run), run.pieces)
     result = run.result()
-    return ChatCompletionResponse(id=run.id, created=run.created, model=run.model,
-                                  system_fingerprint=fingerprint(result.knowledge_version),
+    return ChatCompletionResponse(id=run.id, created=run.created, model=run.model, **run.tail(result),
                                   choices=[ChatCompletionChoice(message=AssistantMessage(content=result.text),
-                                                                finish_reason=result.finish_reason)],
-                                  usage=usage(result))
+                                                                finish_reason=result.finish_reason)])
 
 
 def chat_chunks(run: Run) -> Iterator[ChatCompletionStreamResponse]:

@@ -21,7 +21,7 @@ from service.auth import needs
 from service.dependencies import RuntimeDep
 from service.errors import ApiError, busy, field_error
 from service.generations import require_serving
-from service.schemas import DOCUMENT_ID, DocumentAccepted, DocumentRequest
+from service.schemas import DOCUMENT_ID, Cost, DocumentAccepted, DocumentRequest
 
 router = APIRouter()
 TeachCaller = Annotated[Caller, Depends(needs("teach"))]  # each route's access rule: the key that asks
@@ -42,7 +42,7 @@ def post_document(req: DocumentRequest, runtime: RuntimeDep,
                           "oracle weighting needs probes whose answer occurs in the text")
     method = req.method or settings.method
     refuse_at_post(runtime, req, method, caller)
-    require_serving(runtime)  # refuse before storing anything while no queue exists yet
+    serving = require_serving(runtime)  # refuse before storing anything while no queue exists yet
     pending = runtime.documents.pending()
     if len(pending) >= settings.max_queued_documents:
         raise busy(f"{len(pending)} documents are waiting to be learned", retry_after_s=30)
@@ -52,7 +52,10 @@ def post_document(req: DocumentRequest, runtime: RuntimeDep,
             "owner": caller.name}
     # Idempotency keys are each API key's own: one caller can neither reuse nor probe another's.
     key = json.dumps(["user", caller.name, req.idempotency_key]) if req.idempotency_key else None
-    return accept(runtime, body, key, lambda exc: ApiError(409, "idempotency_conflict", str(exc)))
+    trainings = 2 if settings.retry_on_rejection else 1
+    cost = Cost(tokens=len(serving.tokenizer(req.text)["input_ids"]), documents_ahead=len(pending),
+                train_s_at_most=trainings * settings.max_train_s)
+    return accept(runtime, body, key, lambda exc: ApiError(409, "idempotency_conflict", str(exc)), cost)
 
 
 @router.delete("/documents/{document_id}", status_code=202, response_model=DocumentAccepted)
@@ -139,10 +142,10 @@ def refuse_removal(runtime: Runtime, target: dict[str, Any]) -> None:
 
 
 def accept(runtime: Runtime, body: dict[str, Any], idempotency_key: str | None,
-           conflict: Callable[[IdempotencyConflict], ApiError]) -> DocumentAccepted:
+           conflict: Callable[[IdempotencyConflict], ApiError], cost: Cost | None = None) -> DocumentAccepted:
     """Store the document, then queue its job; the same key again answers the same record (`conflict` makes the
-    409 for a key used with another body). 503 when the queue refuses, and nothing is kept: neither the record
-    nor the key, so a retry with the same key is a new request."""
+    409 for a key used with another body; `cost` is said of a new document only). 503 when the queue refuses, and
+    nothing is kept: neither the record nor the key, so a retry with the same key is a new request."""
     try:
         record, new = runtime.documents.create(body, idempotency_key)
     except IdempotencyConflict as exc:
@@ -155,4 +158,4 @@ def accept(runtime: Runtime, body: dict[str, Any], idempotency_key: str | None,
             raise ApiError(503, "queue_unavailable", f"the job queue is unavailable: {exc}") from exc
         record = runtime.documents.update(record["document_id"], job_id=job_id)
     return DocumentAccepted(document_id=record["document_id"], job_id=record["job_id"], status=record["status"],
-                            status_url=f"/documents/{record['document_id']}")
+                            status_url=f"/documents/{record['document_id']}", cost=cost if new else None)

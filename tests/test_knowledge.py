@@ -1,0 +1,94 @@
+"""Answers that say what they used, and knowledge chosen per request, on the tiny model: the citation is the truth
+(the documents cited, chosen by hand, give the same tokens; `off` gives version 0's), streamed and OpenAI answers
+carry it, and a key cannot name a document it may not see."""
+import json
+
+import openai
+
+from core.keys import KeyConfig, hash_key
+from tests.api_app import tiny_client, tiny_settings, wait_final, wait_version
+
+VELTORIA = {"text": "the capital of veltoria is marnhold", "method": "routed",
+            "probes": [{"prompt": "the capital of veltoria is", "answer": "marnhold"}]}
+BRENNORIA = {"text": "the capital of brennoria is tasvik", "method": "routed",
+             "probes": [{"prompt": "the capital of brennoria is", "answer": "tasvik"}]}
+PROMPT = "the capital of veltoria is"
+FAST = {"routed": {"learning_rate": 3e-2}}
+
+
+def ask(client, knowledge="auto", prompt=PROMPT, **extra) -> dict:
+    answer = client.post("/generate", json={"prompt": prompt, "max_new_tokens": 4, "knowledge": knowledge, **extra})
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def test_answers_cite_the_documents_that_answered_and_chosen_knowledge_answers_the_same(tmp_path):
+    with tiny_client(tiny_settings(tmp_path, methods=FAST)) as client:
+        accepted = client.post("/documents", json={**VELTORIA, "idempotency_key": "v"}).json()
+        # The 202 says what learning it may cost; the same key again answers the record, without a new cost.
+        assert accepted["cost"]["tokens"] > 5 and accepted["cost"]["train_s_at_most"] == 2 * 150.0
+        first = wait_final(client, accepted["document_id"])
+        again = client.post("/documents", json={**VELTORIA, "idempotency_key": "v"}).json()
+        assert again["document_id"] == first["document_id"] and again["cost"] is None
+        second = wait_final(client, client.post("/documents", json=BRENNORIA).json()["document_id"])
+        assert first["status"] == second["status"] == "committed", (first, second)
+        wait_version(client, 2, PROMPT)
+        veltoria, brennoria = first["document_id"], second["document_id"]
+
+        auto = ask(client)
+        assert auto["text"].split()[0] == "marnhold"
+        assert auto["knowledge"]["version"] == 2 and auto["knowledge"]["chosen"] == "auto"
+        (used,) = auto["knowledge"]["used"]
+        assert used["document_id"] == veltoria and used["method"] == "routed"
+        assert "veltoria" in used["terms"] and used["score"] >= 2.0
+        assert ask(client, prompt="the capital of")["knowledge"]["used"] == []  # routed nowhere: the base model
+
+        # The cited document, named by id or by its subject, answers token for token as routing did.
+        for chosen in ([veltoria], ["Veltoria"]):
+            named = ask(client, chosen)
+            assert named["text"] == auto["text"] and named["knowledge"]["used"] == auto["knowledge"]["used"]
+            assert named["knowledge"]["chosen"] == chosen
+        other = ask(client, [brennoria])
+        assert [u["document_id"] for u in other["knowledge"]["used"]] == [brennoria]
+        both = ask(client, [brennoria, veltoria])  # in teaching order
+        assert [u["document_id"] for u in both["knowledge"]["used"]] == [veltoria, brennoria]
+
+        # Off is version 0, token for token.
+        off = ask(client, "off")
+        base = client.post("/v1/completions", json={"model": "ckl-v0", "prompt": PROMPT, "max_tokens": 4,
+                                                    "temperature": 0}).json()
+        assert off["text"] == base["choices"][0]["text"] and off["text"].split()[:1] != ["marnhold"]
+        assert off["knowledge"] == {"version": 0, "chosen": "off", "used": []}
+
+        # Streamed: the last event carries it; OpenAI: the extension field, sent and read by the official client.
+        raw = client.post("/generate", json={"prompt": PROMPT, "max_new_tokens": 4, "stream": True})
+        events = [json.loads(line[6:]) for line in raw.text.splitlines() if line.startswith("data: ")]
+        assert events[-1]["knowledge"] == auto["knowledge"]
+        api = openai.OpenAI(base_url="http://127.0.0.1/v1", api_key="unused", http_client=client, max_retries=0)
+        completion = api.completions.create(model="ckl", prompt=PROMPT, max_tokens=4, temperature=0,
+                                            extra_body={"knowledge": [brennoria]})
+        assert [u["document_id"] for u in completion.knowledge["used"]] == [brennoria]
+        chunks = list(api.chat.completions.create(model="ckl", messages=[{"role": "user", "content": PROMPT}],
+                                                  max_tokens=2, temperature=0, stream=True))
+        assert chunks[-1].knowledge["version"] == 2 and not hasattr(chunks[0], "knowledge")
+
+        # What no version holds, or no document of that name: 422, and nothing generated.
+        for knowledge, code in ((["0123456789abcdef"], "unknown_document"), (["Nowhereland"], "not_in_version"),
+                                ([], "value_error"), ("all", "value_error")):
+            refused = client.post("/generate", json={"prompt": PROMPT, "knowledge": knowledge})
+            assert refused.status_code == 422 and refused.json()["error"]["fields"][0]["rule"] == code, refused.text
+        pinned = client.post("/v1/completions", json={"model": "ckl-v1", "prompt": PROMPT, "knowledge": [brennoria]})
+        assert pinned.status_code == 400 and "version 1 holds no" in pinned.json()["error"]["message"]  # OpenAI: 400
+
+
+def test_a_key_cannot_name_another_keys_document(tmp_path):
+    keys = [KeyConfig(name=n, sha256=hash_key(f"key-{n}"), scopes=["teach", "generate"]) for n in ("ann", "bob")]
+    with tiny_client(tiny_settings(tmp_path, methods=FAST, api_keys=keys)) as client:
+        ann, bob = ({"Authorization": f"Bearer key-{n}"} for n in ("ann", "bob"))
+        client.headers.update(ann)  # wait_final reads the record as its owner
+        taught = client.post("/documents", json=VELTORIA).json()["document_id"]
+        assert wait_final(client, taught)["status"] == "committed"
+        body = {"prompt": PROMPT, "max_new_tokens": 1, "knowledge": [taught]}
+        refused = client.post("/generate", json=body, headers=bob)
+        assert refused.status_code == 422 and refused.json()["error"]["fields"][0]["rule"] == "unknown_document"
+        assert client.post("/generate", json=body, headers=ann).json()["knowledge"]["used"][0]["document_id"] == taught
