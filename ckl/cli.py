@@ -40,14 +40,15 @@ def cmd_keys(args: argparse.Namespace) -> None:
     from core.keys import SCOPES, KeyConfig, hash_key, new_key
 
     try:
-        entry = KeyConfig(name=args.name, sha256="0" * 64, scopes=args.scopes.split(","))  # checks name and scopes
+        entry = KeyConfig(name=args.name, sha256="0" * 64, scopes=args.scopes.split(","),  # checks every field
+                          namespace=args.namespace)
     except ValidationError as exc:
         sys.exit(f"ckl keys: {exc.errors()[0]['msg']}")
     key = new_key()
     entry.sha256 = hash_key(key)
     print(f"key (give it to the client; it is not stored): {key}")
     print(f"add to CKL_API_KEYS (a JSON list; scopes: {', '.join(SCOPES)}):")
-    print(json.dumps(entry.model_dump()))
+    print(json.dumps(entry.model_dump(exclude_none=True)))
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
@@ -162,7 +163,8 @@ BENCHES = {"generate": "bench.generate", "serve": "bench.serve", "dtype": "bench
            "make-facts": "bench.make_facts", "lama-ckl": "bench.lama_ckl.cli", "ta-costs": "bench.ta_costs",
            "phi-transfer": "bench.phi_transfer", "phi-facts": "bench.phi_facts", "phi-heads": "bench.phi_heads",
            "phi-kept": "bench.phi_kept", "lama-orders": "bench.lama_ckl.orders",
-           "api-overhead": "bench.overhead", "auto-probes": "bench.auto_probes", "long-document": "bench.long_document"}
+           "api-overhead": "bench.overhead", "auto-probes": "bench.auto_probes", "long-document": "bench.long_document",
+           "abuse": "bench.abuse"}
 
 
 # Packages of the `bench` extra only (pyproject.toml), never needed to serve.
@@ -219,7 +221,8 @@ def add_server_commands(sub: argparse._SubParsersAction) -> None:
     keys_sub = p.add_subparsers(dest="keys_command", required=True)
     k = keys_sub.add_parser("new")
     k.add_argument("--name", required=True)
-    k.add_argument("--scopes", default="generate", help="comma-separated: generate, teach, admin")
+    k.add_argument("--scopes", default="generate", help="comma-separated: generate, teach, metrics, admin")
+    k.add_argument("--namespace", help="a tenant's namespace: the key teaches into it and asks it and the shared one")
     k.set_defaults(func=cmd_keys)
 
     p = sub.add_parser("worker", help="run an RQ worker that keeps the model loaded")

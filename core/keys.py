@@ -1,7 +1,8 @@
 """Who may do what: API keys with scopes, presented as `Authorization: Bearer <key>`.
 
 Scopes: `generate` (ask), `teach` (post and remove documents, read one's own), `metrics` (GET /metrics, for a
-scraper), `admin` (everything: versions, probes, every document). Keys are configured by their SHA-256 (`ckl keys new` makes one), never stored in
+scraper), `admin` (everything: versions, probes, every document). A key may name a namespace (a tenant's: see
+core/namespaces.py). Keys are configured by their SHA-256 (`ckl keys new` makes one), never stored in
 clear. With no keys configured every request is allowed, and `ckl serve` then binds loopback only.
 """
 from __future__ import annotations
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
+from core.namespaces import asked_in
+
 SCOPES = ("generate", "teach", "metrics", "admin")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
@@ -22,6 +25,9 @@ class KeyConfig(BaseModel):
     name: str = Field(min_length=1, max_length=64)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     scopes: list[str] = Field(min_length=1)
+    # A tenant's namespace (core/namespaces.py): the key teaches into it, and its prompts reach its documents and the
+    # shared ones only. None: the shared namespace.
+    namespace: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
     def model_post_init(self, _context: object) -> None:
         if unknown := set(self.scopes) - set(SCOPES):
@@ -33,6 +39,7 @@ class Caller:
     """Who made a request: a configured key's name and scopes, or everyone when no keys are configured."""
     name: str | None
     scopes: frozenset[str]
+    namespace: str | None = None  # None: the shared namespace
 
     def may(self, scope: str) -> bool:
         return scope in self.scopes or "admin" in self.scopes
@@ -40,6 +47,10 @@ class Caller:
     def owns(self, record: dict) -> bool:
         """Whether this caller may see or remove a document: an admin, or the key that taught it."""
         return "admin" in self.scopes or record.get("owner") == self.name
+
+    def namespaces(self) -> frozenset[str]:
+        """Those whose documents this caller's prompts reach."""
+        return asked_in(self.namespace)
 
 
 OPEN = Caller(None, frozenset(SCOPES))
@@ -63,7 +74,7 @@ def find_caller(keys: list[KeyConfig], authorization: str | None) -> Caller | No
     digest = hash_key(token.strip())
     for key in keys:  # digests compared in constant time: timing tells nothing about a key's characters
         if hmac.compare_digest(digest, key.sha256):
-            return Caller(key.name, frozenset(key.scopes))
+            return Caller(key.name, frozenset(key.scopes), key.namespace)
     return None
 
 

@@ -24,6 +24,9 @@ class MethodSpec:
     delta_file: str  # what a version of this method stores, in versions/<n>/
     servable: bool = True  # documents may ask for it (POST /documents "method")
     removable: bool = False  # one document's contribution can be taken out (DELETE /documents/{id})
+    # Its documents answer only the prompts routed to them, so they can be kept to a namespace (a tenant may teach
+    # with it; core/namespaces.py) and chosen one by one per request.
+    routed: bool = False
     # Why a document (text, its probes as (prompt, answer)) can never be learned, decided at POST with the method's
     # settings before anything is stored; None: it may be.
     refusal: Callable[[str, list[tuple[str, str]], Any], str | None] | None = None

@@ -24,12 +24,18 @@ OFF = "off"  # a route: none of the version's state, the method runs as in versi
 
 @dataclass(frozen=True)
 class Choice:
-    """The knowledge one request names instead of routing: documents by id, subjects by name."""
+    """The knowledge one request may use: the namespaces its prompt reaches (None: all, for the server's own
+    callers), and the documents by id and subjects by name it names instead of routing (`named`; none: routing)."""
+    namespaces: frozenset[str] | None = None
     documents: frozenset[str] = frozenset()
     subjects: frozenset[str] = frozenset()
+    named: bool = False
 
     def names(self) -> frozenset[str]:
         return self.documents | self.subjects
+
+
+ROUTED = Choice()  # the prompt's routes, over every namespace
 
 
 class ServedMethod(ABC):
@@ -51,14 +57,16 @@ class ServedMethod(ABC):
     def add(self, version: int, state: Any) -> None:
         """Make `version`'s state ready (None: the method has learned nothing in that version)."""
 
-    def route(self, version: int, prompt: str) -> Hashable | None:
+    def route(self, version: int, prompt: str, namespaces: frozenset[str] | None = None) -> Hashable | None:
         """What of `version`'s state a prompt uses, decided once per request (a method that routes, e.g. to one
-        document's delta, says where; None: the whole state, or nothing routed)."""
+        document's delta, says where, among the documents of `namespaces` (None: all); None: the whole state, or
+        nothing routed)."""
         return None
 
     def select(self, version: int, choice: Choice) -> tuple[Hashable | None, set[str]]:
-        """The route that uses only the chosen knowledge, and the names of the choice it found in `version`. A
-        method that cannot take one document alone serves none of its state (OFF)."""
+        """The route that uses only the chosen knowledge (a subject: within the choice's namespaces), and the names
+        of the choice it found in `version`. A method that cannot take one document alone serves none of its state
+        (OFF)."""
         return OFF, set()
 
     def cite(self, version: int, prompt: str, route: Hashable | None) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core import registry
+from core.namespaces import SHARED, namespace_of, within
 from core.probes import from_json
 from core.scoring import Probe
 from core.subjects import without_time_markers
@@ -56,33 +57,39 @@ def learned_manifests(versions: VersionStore, version: int) -> list[dict[str, An
 
 @dataclass(frozen=True)
 class LearnedFact:
-    """A probe the learned suite checks, and the document (and version) that taught it."""
+    """A probe the learned suite checks, the document (and version) that taught it, and its namespace."""
     probe: Probe
     document_id: str
     version: int
+    namespace: str = SHARED
 
 
-def learned_facts(versions: VersionStore, version: int) -> list[LearnedFact]:
+def learned_facts(versions: VersionStore, version: int,
+                  namespaces: frozenset[str] | None = None) -> list[LearnedFact]:
     """What the learned suite checks at `version`: every probe its lineage committed, less the documents a later
-    removal took out and the facts a later document replaced (its manifest's `replaces`). A fact leaves the suite
-    only so."""
+    removal took out and the facts a later document of their namespace replaced (its manifest's `replaces`). A fact
+    leaves the suite only so. `namespaces`: only the facts of those (None: all)."""
     facts: list[LearnedFact] = []
     for manifest in learned_manifests(versions, version):
         retired = {(r["prompt"], r["answer"]) for r in manifest.get("replaces", [])}
-        facts = [f for f in facts if (f.probe.prompt, f.probe.answer) not in retired]
-        facts += [LearnedFact(p, manifest["documents"][0], manifest["version"]) for p in from_json(manifest["probes"])]
-    return facts
+        facts = [f for f in facts if (f.probe.prompt, f.probe.answer) not in retired
+                 or f.namespace != namespace_of(manifest)]
+        facts += [LearnedFact(p, manifest["documents"][0], manifest["version"], namespace_of(manifest))
+                  for p in from_json(manifest["probes"])]
+    return [f for f in facts if within(f.namespace, namespaces)]
 
 
-def committed_neighbours(versions: VersionStore, version: int) -> list[Probe]:
+def committed_neighbours(versions: VersionStore, version: int,
+                         namespaces: frozenset[str] | None = None) -> list[Probe]:
     """The neighbour prompts the lineage recorded (core/neighbours.py), less those of removed documents and those a
-    later document's probe asks (what it teaches there is no longer the continuation to keep)."""
-    kept: list[Probe] = []
+    later document's probe asks (what it teaches there is no longer the continuation to keep); those of documents
+    in `namespaces` (None: all)."""
+    kept: list[tuple[str, Probe]] = []  # each with its document's namespace: only its own documents ask it anew
     for manifest in learned_manifests(versions, version):
-        asked = [p.prompt for p in from_json(manifest["probes"])]
-        kept = [n for n in kept if not any(same_prompt(n.prompt, prompt) for prompt in asked)]
-        kept += from_json(manifest.get("neighbours", []))
-    return kept
+        namespace, asked = namespace_of(manifest), [p.prompt for p in from_json(manifest["probes"])]
+        kept = [(ns, n) for ns, n in kept if ns != namespace or not any(same_prompt(n.prompt, a) for a in asked)]
+        kept += [(namespace, n) for n in from_json(manifest.get("neighbours", []))]
+    return [n for namespace, n in kept if within(namespace, namespaces)]
 
 
 def superseded(replaced: list[LearnedFact], learned: list[LearnedFact]) -> list[str]:

@@ -138,6 +138,10 @@ class UpdateMethod(ABC):
     def manifest_fields(self) -> dict[str, Any]:
         """What a server needs to install the delta, and the hyperparameters, for the manifest."""
 
+    def view(self, namespace: str) -> None:
+        """Before scoring and training a document of `namespace` (core/namespaces.py): a method that routes sees only
+        the documents of the namespaces that document can change answers in."""
+
     def begin(self, document_id: str, text: str, probes: list[tuple[str, str]]) -> None:
         """Before training a document (with its probes, given or made): a method that keeps something per document
         sets it up here."""

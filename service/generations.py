@@ -3,7 +3,6 @@ asked for, the caps on generations running and waiting, the batch scheduler that
 metrics."""
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Generator, Iterator
 from contextlib import closing, suppress
@@ -19,12 +18,11 @@ from core.served import Choice
 from core.state import resolve, restored_by
 from service.errors import ApiError, busy, field_error
 from service.metrics import Metrics
-from service.schemas import Knowledge
+from service.schemas import DOCUMENT_NAME, Knowledge
 
 # What a request asks to answer with: "auto" (the prompt's routes), "off" (the base model), or documents by id and
 # subjects by name (service/schemas.py: KnowledgeChoice).
 Chosen = Literal["auto", "off"] | list[str]
-DOCUMENT_NAME = re.compile(r"[0-9a-f]{16}")  # an entry of this form names a document, else a subject
 
 
 def require_serving(runtime: Runtime) -> ServingModel:
@@ -84,11 +82,13 @@ class GenerationService:
             raise ApiError(404, "model_not_found", f"version {model_version} holds documents removed since")
         return model_version
 
-    def choice(self, knowledge: Chosen, caller: Caller | None) -> Choice | None:
-        """The documents and subjects a request names (None: "auto" or "off"); 422 for a document the caller may not
-        see, as for one that does not exist."""
+    def choice(self, knowledge: Chosen, caller: Caller | None) -> Choice:
+        """What a request may use: the caller's namespaces (None for the server's own callers: all), and the
+        documents and subjects it names, if it names any; 422 for a document the caller may not see, as for one that
+        does not exist."""
+        namespaces = caller.namespaces() if caller is not None else None
         if isinstance(knowledge, str):
-            return None
+            return Choice(namespaces)
         if caller is None:
             raise TypeError("a request that names its knowledge needs the caller who may see it")
         documents = {name for name in knowledge if DOCUMENT_NAME.fullmatch(name)}
@@ -99,7 +99,7 @@ class GenerationService:
                 record = None
             if record is None or not caller.owns(record):
                 raise field_error("knowledge", "unknown_document", f"no document {document_id}")
-        return Choice(frozenset(documents), frozenset(knowledge) - documents)
+        return Choice(namespaces, frozenset(documents), frozenset(knowledge) - documents, named=True)
 
     def held(self, version: int | None, choice: Choice) -> int:
         """The version a chosen request runs on (the one asked, or the current one), checked to hold everything the
@@ -128,7 +128,7 @@ class GenerationService:
         choice = self.choice(knowledge, caller)
         if knowledge == "off":
             version = 0
-        elif choice is not None:
+        elif choice.named:
             version = self.held(version, choice)
         if not self._admitted.acquire(blocking=False):
             s = self.settings

@@ -11,6 +11,8 @@ from core import registry
 WEIGHTINGS = ("train_attention", "uniform", "oracle")
 MIN_TEMPERATURE = 0.01  # below it, logits / temperature overflow to inf: greedy (0) is the way to ask for that
 DOCUMENT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what ids look like; anything else names no document
+# A list entry of this form (`supersedes`, `knowledge`) names a document; any other, a probe prompt or a subject.
+DOCUMENT_NAME = re.compile(r"[0-9a-f]{16}")
 
 
 class Strict(BaseModel):

@@ -92,3 +92,37 @@ def test_a_key_cannot_name_another_keys_document(tmp_path):
         refused = client.post("/generate", json=body, headers=bob)
         assert refused.status_code == 422 and refused.json()["error"]["fields"][0]["rule"] == "unknown_document"
         assert client.post("/generate", json=body, headers=ann).json()["knowledge"]["used"][0]["document_id"] == taught
+
+
+def test_two_tenants_can_neither_read_nor_reach_nor_override_each_others_facts(tmp_path):
+    """Two namespaces teach the same subject with different answers: each is answered with its own fact, the shared
+    namespace with neither, and neither can see, name, replace or erode the other's document."""
+    keys = [KeyConfig(name="acme", sha256=hash_key("key-acme"), scopes=["teach", "generate"], namespace="acme"),
+            KeyConfig(name="globex", sha256=hash_key("key-globex"), scopes=["teach", "generate"], namespace="globex"),
+            KeyConfig(name="root", sha256=hash_key("key-root"), scopes=["admin"])]
+    acme, globex, root = ({"Authorization": f"Bearer key-{n}"} for n in ("acme", "globex", "root"))
+    with tiny_client(tiny_settings(tmp_path, methods=FAST, api_keys=keys)) as client:
+        client.headers.update(root)  # wait_final reads every record as the admin
+        ours = wait_final(client, client.post("/documents", json=VELTORIA, headers=acme).json()["document_id"])
+        theirs = {**VELTORIA, "text": "the capital of veltoria is berlin",  # the tiny model's words
+                  "probes": [{"prompt": "the capital of veltoria is", "answer": "berlin"}]}
+        other = wait_final(client, client.post("/documents", json=theirs, headers=globex).json()["document_id"])
+        assert ours["status"] == other["status"] == "committed", (ours, other)
+        assert "replaces" not in other and "retires" not in other  # a tenant cannot replace another's fact
+        wait_version(client, 2, PROMPT)
+
+        for headers, answer, used in ((acme, "marnhold", [ours["document_id"]]),
+                                      (globex, "berlin", [other["document_id"]]), (root, None, [])):
+            said = client.post("/generate", json={"prompt": PROMPT, "max_new_tokens": 4}, headers=headers).json()
+            assert [u["document_id"] for u in said["knowledge"]["used"]] == used, said
+            assert answer is None or said["text"].split()[:1] == [answer], (answer, said)
+        # Reading, naming or choosing by subject: the other tenant's document is as unknown as none.
+        assert client.get(f"/documents/{ours['document_id']}", headers=globex).status_code == 404
+        named = client.post("/generate", json={"prompt": PROMPT, "knowledge": [ours["document_id"]]}, headers=globex)
+        assert named.status_code == 422 and named.json()["error"]["fields"][0]["rule"] == "unknown_document"
+        subject = client.post("/generate", json={"prompt": PROMPT, "knowledge": ["veltoria"]}, headers=globex).json()
+        assert [u["document_id"] for u in subject["knowledge"]["used"]] == [other["document_id"]]
+        # Both facts stay in the learned suite, each checked in its own namespace; a tenant teaches routed only.
+        assert client.get("/health/forgetting").json()["learned"]["probes"] == 2
+        adapter = client.post("/documents", json={**VELTORIA, "method": "adapter"}, headers=acme)
+        assert adapter.status_code == 422 and adapter.json()["error"]["fields"][0]["rule"] == "not_in_namespace"

@@ -21,6 +21,7 @@ from core import erasure, faults, registry
 from core.documents import DocumentStore
 from core.lifecycle import FINAL, Status, after_failed_attempt
 from core.model.loader import LoadedModel, load_model
+from core.namespaces import namespace_of, reach
 from core.neighbours import familiar_subjects, neighbour_prompts
 from core.probes import ProbeSuites, from_json, to_json
 from core.scoring import Probe, accuracy, greedy_continuations, score_probes
@@ -65,6 +66,7 @@ class Learner:
         # committed last neither loads the lineage nor scores the unchanged probes again.
         self._loaded: int | None = None
         self._scores: dict[Probe, float] = {}
+        self._reach: frozenset[str] | None = None  # the namespaces the scores were routed for (None: all)
 
     # -- the job ---------------------------------------------------------------------------------
     def learn(self, document_id: str) -> Status:
@@ -168,15 +170,23 @@ class Learner:
         if self._loaded != parent:
             self.load_state(resolve(self.versions, parent))
             self._loaded, self._scores = parent, {}
+        # The document's namespace: it is gated on the prompts of the namespaces it can change answers in, routed as
+        # they are asked there (a tenant's document cannot move, replace or erode another tenant's facts).
+        namespace = namespace_of(record)
+        if reach(namespace) != self._reach:  # scores routed for other namespaces do not hold
+            self._reach, self._scores = reach(namespace), {}
+        for each in self.methods.values():
+            each.view(namespace)
         replaced: list[LearnedFact] = []
         facts: list[LearnedFact] = []
-        if learned is None:  # a document's run: the facts it replaces leave the suite it is gated on
-            facts = learned_facts(self.versions, parent)
-            replaced = replaced_by(list(own), record.get("supersedes") or [], facts)
+        if learned is None:  # a document's run: the facts of its namespace it replaces leave the suite it is gated on
+            facts = learned_facts(self.versions, parent, self._reach)
+            replaced = replaced_by(list(own), record.get("supersedes") or [],
+                                   [f for f in facts if f.namespace == namespace])
             learned = [f.probe for f in facts if f not in replaced]
         # A known subject's neighbour prompts recorded along the lineage, less those this document's probes ask (it
         # teaches something there); its own are added once the method knows which prompts it can move.
-        neighbours = [n for n in committed_neighbours(self.versions, parent)
+        neighbours = [n for n in committed_neighbours(self.versions, parent, self._reach)
                       if not any(same_prompt(n.prompt, p.prompt) for p in own)]
         suites = {"nf": self.suites.nf_probes(), "learned": learned, "must_keep": self.suites.must_keep(),
                   "own": list(own), "neighbours": neighbours}
@@ -267,7 +277,7 @@ class Learner:
         clock = time.perf_counter()
         spec = registry.get(run.method.name)
         manifest = {"documents": [run.doc_id], "probes": probes, "method": spec.name, "metrics": metrics,
-                    **outcome, **run.method.manifest_fields()}
+                    "namespace": namespace_of(run.record), **outcome, **run.method.manifest_fields()}
         faults.kill_point("before_commit")
         version = self.versions.commit(run.parent, run.method.delta(), manifest, spec.delta_file)
         faults.kill_point("after_commit")

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from core import erasure
 from core.lifecycle import Status
+from core.namespaces import namespace_of, reach
 from core.probes import from_json
 from core.state import learned_facts, learned_manifests, resolve
 from workers.run import Run
@@ -24,7 +25,8 @@ def remove(learner: Learner, parent: int, record: dict[str, Any]) -> Status:
                          f"lineage of the current version {parent}")
     name = lineage[position]["method"]
     counted = learned_manifests(learner.versions, parent)
-    learned = [f.probe for f in learned_facts(learner.versions, parent) if f.document_id != target["document_id"]]
+    facts = learned_facts(learner.versions, parent, reach(namespace_of(target)))  # those its removal can move
+    learned = [f.probe for f in facts if f.document_id != target["document_id"]]
     run = learner.prepare(parent, record, name, learned=learned)
     if not any(target["document_id"] in m["documents"] for m in counted):
         return learner.reject(run, f"document {target['document_id']} is no longer in version {parent}")

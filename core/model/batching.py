@@ -46,7 +46,7 @@ import torch
 from core.model import batch_cache
 from core.model.generation import Answer, Generation, SamplingParams, eos_ids, sample_token, seeded
 from core.model.serving import Routes, ServingModel
-from core.served import Choice
+from core.served import ROUTED, Choice
 from core.state import KnowledgeState
 
 
@@ -100,12 +100,12 @@ class Scheduler:
 
     def stream(self, prompt_ids: list[int], params: SamplingParams, version: int | None = None,
                load: Callable[[], KnowledgeState] | None = None,
-               on_retire: Callable[[], None] | None = None, choice: Choice | None = None) -> Iterator[str | Generation]:
+               on_retire: Callable[[], None] | None = None, choice: Choice = ROUTED) -> Iterator[str | Generation]:
         """As generation.stream, decoded in the batch: text pieces, then the Generation. Pins the version (the
         current one, or `version`, loaded with `load()` if not held) on the first item; a consumer that stops
         iterating frees the sequence's row at the next round. `on_retire` runs when the sequence leaves the
         decoder (it ended, failed or was dropped), whether or not anyone reads what it left. `choice`: the
-        knowledge to use instead of the prompt's routes (ServingModel.routes)."""
+        knowledge the request may use (ServingModel.routes)."""
         sequence = self._submit(prompt_ids, params, version, load, on_retire, choice)
         try:
             while not isinstance(item := sequence.out.get(), Generation):
@@ -118,7 +118,7 @@ class Scheduler:
 
     def _submit(self, prompt_ids: list[int], params: SamplingParams, version: int | None,
                 load: Callable[[], KnowledgeState] | None, on_retire: Callable[[], None] | None,
-                choice: Choice | None) -> Sequence:
+                choice: Choice) -> Sequence:
         started = time.perf_counter()
         pin = ExitStack()
         if on_retire is not None:

@@ -20,7 +20,7 @@ from torch import nn
 
 from core import registry
 from core.model.loader import LoadedModel
-from core.served import OFF, Choice, ServedMethod
+from core.served import OFF, ROUTED, Choice, ServedMethod
 from core.settings import Settings
 from core.state import KnowledgeState, resolve
 from core.versions import VersionStore
@@ -99,11 +99,12 @@ class ServingModel:
                 self._pins[version] -= 1
                 self._drop_unused()
 
-    def routes(self, version: int, prompt: str, choice: Choice | None = None) -> Routes:
-        """Each method's route for a prompt, decided once and held for the whole request: routed (no `choice`), or
-        only the knowledge `choice` names (UnknownKnowledge if `version` holds nothing by one of its names)."""
-        if choice is None:
-            return {name: method.route(version, prompt) for name, method in self.methods.items()}
+    def routes(self, version: int, prompt: str, choice: Choice = ROUTED) -> Routes:
+        """Each method's route for a prompt, decided once and held for the whole request: routed within the choice's
+        namespaces, or only the knowledge it names (UnknownKnowledge if `version` holds nothing by one of its
+        names)."""
+        if not choice.named:
+            return {name: method.route(version, prompt, choice.namespaces) for name, method in self.methods.items()}
         routes, found = {}, set()
         for name, method in self.methods.items():
             routes[name], named = method.select(version, choice)

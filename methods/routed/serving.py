@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from core.namespaces import SHARED, namespace_of, within
 from core.served import Choice, LoadDelta, ServedMethod
 from core.settings import Settings
 from core.subjects import words
@@ -23,10 +24,11 @@ from methods.routed.layer import LoraShape, RoutedLora
 
 @dataclass(frozen=True)
 class Taught:
-    """One document in a version: its id, its key, and the version that stores its tensors."""
+    """One document in a version: its id, its key, the version that stores its tensors, and its namespace."""
     document_id: str
     key: dict[str, float]
     version: int
+    namespace: str = SHARED
 
 
 @dataclass
@@ -34,8 +36,9 @@ class RoutedState:
     documents: list[Taught] = field(default_factory=list)  # teaching order
     load_delta: LoadDelta | None = None  # reads a document's tensors from the version store when needed
 
-    def keys(self) -> list[tuple[str, dict[str, float]]]:
-        return [(d.document_id, d.key) for d in self.documents]
+    def keys(self, namespaces: frozenset[str] | None = None) -> list[tuple[str, dict[str, float]]]:
+        """The keys of the documents in `namespaces` (None: all), in teaching order."""
+        return [(d.document_id, d.key) for d in self.documents if within(d.namespace, namespaces)]
 
 
 def compose(manifests: list[dict[str, Any]], load_delta: LoadDelta) -> RoutedState:
@@ -50,7 +53,7 @@ def compose(manifests: list[dict[str, Any]], load_delta: LoadDelta) -> RoutedSta
         for retired in manifest.get("retires", []):
             taught.pop(retired, None)
         taught.pop(document_id, None)  # committed again (a retried job): the newer one, at its place
-        taught[document_id] = Taught(document_id, manifest["key"], manifest["version"])
+        taught[document_id] = Taught(document_id, manifest["key"], manifest["version"], namespace_of(manifest))
     return RoutedState(list(taught.values()), load_delta)
 
 
@@ -74,7 +77,7 @@ class RoutedServed(ServedMethod):
     def __init__(self, model: nn.Module, settings: Settings) -> None:
         super().__init__(model, settings)
         self.lora = RoutedLora(model, lora_shape(self.config))
-        self._keys: dict[int, list[tuple[str, dict[str, float]]]] = {0: []}
+        self._states: dict[int, RoutedState] = {0: RoutedState()}
 
     @staticmethod
     def compose(manifests: list[dict[str, Any]], load_delta: LoadDelta) -> RoutedState:
@@ -83,17 +86,20 @@ class RoutedServed(ServedMethod):
     def add(self, version: int, state: RoutedState | None) -> None:
         state = state or RoutedState()
         ensure_loaded(self.lora, state)
-        self._keys[version] = state.keys()
+        self._states[version] = state
 
-    def route(self, version: int, prompt: str) -> Hashable | None:
-        return routing.route(prompt, self._keys[version], self.config.threshold)
+    def route(self, version: int, prompt: str, namespaces: frozenset[str] | None = None) -> Hashable | None:
+        return routing.route(prompt, self._states[version].keys(namespaces), self.config.threshold)
 
     def select(self, version: int, choice: Choice) -> tuple[Hashable | None, set[str]]:
-        chosen, found = routing.chosen(self._keys[version], choice.documents, choice.subjects)
-        return chosen or None, found
+        state = self._states[version]
+        by_id, _ = routing.chosen(state.keys(), choice.documents, ())
+        by_subject, found = routing.chosen(state.keys(choice.namespaces), (), choice.subjects)
+        chosen = tuple(document_id for document_id, _ in state.keys() if document_id in {*by_id, *by_subject})
+        return chosen or None, found | set(by_id)
 
     def cite(self, version: int, prompt: str, route: Hashable | None) -> list[dict[str, Any]]:
-        keys = dict(self._keys[version])
+        keys = dict(self._states[version].keys())
         return [{"method": self.name, "document_id": document_id, **routing.evidence(words(prompt), keys[document_id])}
                 for document_id in route or ()]
 
@@ -101,8 +107,8 @@ class RoutedServed(ServedMethod):
         self.lora.active = route
 
     def drop(self, version: int) -> None:
-        self._keys.pop(version, None)
-        held = {document_id for keys in self._keys.values() for document_id, _ in keys}
+        self._states.pop(version, None)
+        held = {taught.document_id for state in self._states.values() for taught in state.documents}
         for document_id in set(self.lora.documents) - held:
             del self.lora.documents[document_id]
             self.lora.sources.pop(document_id, None)

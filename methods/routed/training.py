@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from core.namespaces import SHARED, reach
 from core.served import LoadDelta
 from core.settings import Settings
 from core.training import UpdateMethod
@@ -43,6 +44,8 @@ class RoutedMethod(UpdateMethod):
         # The keys of the loaded version: a prompt whose route differs from its route then is one the candidate
         # may answer differently (it names the new document, or one taken out or put back).
         self.keys_before: list[tuple[str, dict[str, float]]] = []
+        # The namespace of the document being learned, and those whose documents it is routed beside (None: all).
+        self.namespace, self.reach = SHARED, None
 
     @property
     def model(self) -> nn.Module:
@@ -62,8 +65,13 @@ class RoutedMethod(UpdateMethod):
 
     def _settle(self) -> None:
         """No candidate: the loaded state is what a version holds."""
-        self.document_id, self.key, self.lora.active, self.keys_before = None, {}, None, self.state.keys()
+        self.document_id, self.key, self.lora.active = None, {}, None
+        self.keys_before = self.state.keys(self.reach)
         self.lora.trained = None
+
+    def view(self, namespace: str) -> None:
+        self.namespace, self.reach = namespace, reach(namespace)
+        self.keys_before = self.state.keys(self.reach)
 
     def begin(self, document_id: str, text: str, probes: list[tuple[str, str]]) -> None:
         self.document_id, self.key = document_id, routing.key_for(text, probes, self.config.threshold)
@@ -95,7 +103,7 @@ class RoutedMethod(UpdateMethod):
     def committed(self, version: int) -> None:
         if self.document_id is not None:
             self.state.documents = [t for t in self.state.documents if t.document_id != self.document_id]
-            self.state.documents.append(Taught(self.document_id, self.key, version))
+            self.state.documents.append(Taught(self.document_id, self.key, version, self.namespace))
             self.lora.sources[self.document_id] = version
             for tensor in self.lora.documents[self.document_id].values():
                 tensor.requires_grad_(False)  # from now on stacked with the others, never trained again
@@ -103,7 +111,7 @@ class RoutedMethod(UpdateMethod):
 
     def _keys(self) -> list[tuple[str, dict[str, float]]]:
         candidate = [(self.document_id, self.key)] if self.document_id else []
-        return self.state.keys() + candidate
+        return self.state.keys(self.reach) + candidate
 
     def unreachable(self, text: str, probes: list[tuple[str, str]]) -> list[str]:
         key = routing.key_for(text, probes, self.config.threshold)  # once: it reads the whole text

@@ -3,7 +3,6 @@ A key sees only the documents it taught (admin sees all); another key's document
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -15,17 +14,17 @@ from core.documents import IdempotencyConflict, UnknownDocument
 from core.forgetting import replacements
 from core.keys import Caller
 from core.lifecycle import Status
+from core.namespaces import SHARED, namespace_of
 from core.runtime import Runtime
 from core.state import same_prompt
 from service.auth import needs
 from service.dependencies import RuntimeDep
 from service.errors import ApiError, busy, field_error
 from service.generations import require_serving
-from service.schemas import DOCUMENT_ID, Cost, DocumentAccepted, DocumentRequest
+from service.schemas import DOCUMENT_ID, DOCUMENT_NAME, Cost, DocumentAccepted, DocumentRequest
 
 router = APIRouter()
 TeachCaller = Annotated[Caller, Depends(needs("teach"))]  # each route's access rule: the key that asks
-DOCUMENT_NAME = re.compile(r"[0-9a-f]{16}")  # a `supersedes` entry of this form names a document, else a prompt
 
 
 @router.post("/documents", status_code=202, response_model=DocumentAccepted)
@@ -49,7 +48,7 @@ def post_document(req: DocumentRequest, runtime: RuntimeDep,
     if caller.name and sum(r.get("owner") == caller.name for r in pending) >= settings.max_queued_per_key:
         raise busy(f"this key has {settings.max_queued_per_key} documents waiting", retry_after_s=30)
     body = {**req.model_dump(exclude={"idempotency_key"}), "weighting": weighting, "method": method,
-            "owner": caller.name}
+            "owner": caller.name, "namespace": caller.namespace or SHARED}
     # Idempotency keys are each API key's own: one caller can neither reuse nor probe another's.
     key = json.dumps(["user", caller.name, req.idempotency_key]) if req.idempotency_key else None
     trainings = 2 if settings.retry_on_rejection else 1
@@ -70,7 +69,7 @@ def delete_document(document_id: str, runtime: RuntimeDep,
     refuse_removal(runtime, target)
     require_serving(runtime)
     body = {"text": "", "probes": [], "method": target["method"], "weighting": "uniform", "removes": document_id,
-            "owner": caller.name}
+            "owner": caller.name, "namespace": namespace_of(target)}
     return accept(runtime, body, json.dumps(["remove", caller.name, document_id, runtime.versions.current()]),
                   lambda exc: ApiError(409, "already_removing", "a removal of this document is already queued"))
 
@@ -92,10 +91,15 @@ def list_documents(runtime: RuntimeDep, caller: TeachCaller, offset: int = Query
 
 
 def refuse_at_post(runtime: Runtime, req: DocumentRequest, method: str, caller: Caller) -> None:
-    """422 for what the worker would refuse anyway: the method's own rule (for the routed method, a document
-    no prompt could be routed to), a probe that contradicts a must-keep probe (the gate keeps those), and a
+    """422 for what the worker would refuse anyway: a tenant's document for a method that cannot keep it to its
+    namespace, the method's own rule (for the routed method, a document no prompt could be routed to), a probe that contradicts a must-keep probe (the gate keeps those), and a
     document id in `supersedes` the caller cannot see."""
     spec = registry.get(method)
+    if caller.namespace and not spec.routed:
+        routed = ", ".join(s.name for s in registry.registered() if s.routed and s.servable)
+        raise field_error("method", "not_in_namespace",
+                          f"a key of namespace {caller.namespace!r} teaches with a routed method ({routed}): "
+                          f"{method}'s knowledge would answer every namespace's prompts")
     probes = [(p.prompt, p.answer) for p in req.probes]
     if spec.refusal and (reason := spec.refusal(req.text, probes, runtime.settings.method_config(method))):
         raise field_error("text", f"not_learnable_by_{method}", reason)
