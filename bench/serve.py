@@ -75,9 +75,10 @@ async def ask(client: httpx.AsyncClient, url: str, prompt: str, max_new_tokens: 
 
 
 async def load(url: str, clients: int, prompts: list[str], requests: int, max_new_tokens: int,
-               until: asyncio.Event | None = None) -> tuple[list[dict[str, Any]], float]:
+               until: asyncio.Event | None = None,
+               headers: dict[str, str] | None = None) -> tuple[list[dict[str, Any]], float]:
     """`clients` concurrent clients working through `requests` requests of the prompt mix (and on, while `until`
-    is given and not set); the answers and the wall seconds."""
+    is given and not set), sending `headers`; the answers and the wall seconds."""
     answers: list[dict[str, Any]] = []
     sent = 0
 
@@ -90,7 +91,7 @@ async def load(url: str, clients: int, prompts: list[str], requests: int, max_ne
 
     started = time.perf_counter()
     limits = httpx.Limits(max_connections=clients + 4)
-    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+    async with httpx.AsyncClient(timeout=600, limits=limits, headers=headers) as client:
         await asyncio.gather(*(client_loop(client) for _ in range(clients)))
     return answers, time.perf_counter() - started
 

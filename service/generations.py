@@ -4,7 +4,7 @@ metrics."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import closing, suppress
 from typing import Any, Literal
 
@@ -134,19 +134,21 @@ class GenerationService:
             s = self.settings
             raise busy(f"{s.max_concurrent_generations} generations are running and {s.max_waiting_generations} "
                        "waiting", retry_after_s=1)
-        slot = Slot(self._admitted)
+        self.metrics.admitted.inc()
+        slot = Slot(self._admitted, self.metrics.admitted.dec)
         load = self.loader(version)
+        cancel = threading.Event()  # set by close(), from any thread: the decoder retires the sequence
 
         def pieces() -> Iterator[str | Generation]:
             try:
-                with closing(scheduler.stream(ids, params, version, load, slot.release, choice)) as items:
+                with closing(scheduler.stream(ids, params, version, load, slot.release, choice, cancel)) as items:
                     for item in items:
                         if isinstance(item, Generation):
                             self.metrics.generation(item.timing["first_token_s"], item.completion_tokens)
                         yield item
             finally:
                 slot.release()
-        return Admitted(pieces(), slot)
+        return Admitted(pieces(), slot, cancel)
 
 
 def citation(result: Generation, knowledge: Chosen) -> dict[str, Any]:
@@ -160,8 +162,9 @@ class Slot:
     retiring its sequence, its consumer finishing or closing it, or the response that streams it ending (a client
     gone: a response cancelled mid-stream never resumes the iterator it was reading)."""
 
-    def __init__(self, semaphore: threading.BoundedSemaphore) -> None:
+    def __init__(self, semaphore: threading.BoundedSemaphore, on_release: Callable[[], None]) -> None:
         self._semaphore = semaphore
+        self._on_release = on_release
         self._lock = threading.Lock()
         self._held = True
 
@@ -171,20 +174,23 @@ class Slot:
                 return
             self._held = False
         self._semaphore.release()
+        self._on_release()
 
 
 class Admitted(Iterator[str | Generation]):
     """An admitted generation's text pieces, then its Generation. `close` may be called from any thread and more
     than once: it gives the slot back and stops the decoding at its next step."""
 
-    def __init__(self, pieces: Generator[str | Generation, None, None], slot: Slot) -> None:
+    def __init__(self, pieces: Generator[str | Generation, None, None], slot: Slot, cancel: threading.Event) -> None:
         self._pieces = pieces
         self._slot = slot
+        self._cancel = cancel
 
     def __next__(self) -> str | Generation:
         return next(self._pieces)
 
     def close(self) -> None:
         self._slot.release()
-        with suppress(ValueError):  # being read in another thread: the decoder retires it when it ends
+        self._cancel.set()  # the decoder retires it at its next round, even while another thread reads it
+        with suppress(ValueError):  # being read in another thread: the cancel above stops it
             self._pieces.close()

@@ -1,12 +1,12 @@
 """Prometheus metrics for GET /metrics: requests by route and status and their latency, generation's time to
-first token and tokens, and, read from the data folder at each scrape (the worker may be another process),
+first token and tokens, the generations holding a slot, and, read from the data folder at each scrape (the worker may be another process),
 queue depth, documents by status, job and gate durations, the current knowledge version and its NF accuracy."""
 from __future__ import annotations
 
 from collections import Counter as Tally
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
@@ -66,6 +66,9 @@ class Metrics:
         self.first_token = Histogram("ckl_generate_first_token_seconds", "Time to the first generated token",
                                      buckets=LATENCY_BUCKETS, registry=self.registry)
         self.tokens = Counter("ckl_generated_tokens", "Tokens generated", registry=self.registry)
+        # Counted even with metrics off: a slot a client's departure never gave back shows here.
+        self.admitted = Gauge("ckl_generations_admitted", "Generations decoding or waiting for a row (each holds "
+                              "a slot until it ends, its client goes, or the decoder retires it)", registry=self.registry)
         self.registry.register(DataFolderCollector(runtime))
 
     def request(self, route: str, method: str, status: int, seconds: float) -> None:

@@ -177,6 +177,23 @@ def test_a_stream_nobody_reads_or_closes_gives_its_slot_back_when_the_decoder_re
     assert isinstance(done, Generation) and abandoned is not None
 
 
+def test_a_stream_closed_while_another_thread_reads_it_leaves_the_decoder_at_the_next_round(tiny):
+    """A streamed response's events are read in a worker thread; the response that ends (its client gone) closes
+    them from another. The generator cannot be closed while it is being read, yet its row must not go on decoding
+    for nobody."""
+    generations = generations_on(tiny, max_concurrent_generations=1, max_waiting_generations=0)
+    scheduler = generations.scheduler()
+    ids = tiny.tokenizer("the capital of")["input_ids"]
+    stream = generations.stream(ids, SamplingParams(max_new_tokens=100_000))
+    results: dict = {}
+    reader = consume(stream, results, "read")  # always inside next(), waiting for the decoder's next piece
+    until(lambda: scheduler.running() == 1)
+    stream.close()
+    until(lambda: scheduler.running() == 0)  # before: it decoded all 100,000 tokens for nobody
+    reader.join(30)
+    assert not reader.is_alive()
+
+
 def test_requests_wait_for_a_row_and_only_past_the_waiting_queue_get_429(tiny):
     generations = generations_on(tiny, max_concurrent_generations=1, max_waiting_generations=1)
     serving, scheduler = generations.serving(), generations.scheduler()

@@ -87,7 +87,7 @@ def test_streams_opened_and_abandoned_give_their_slots_back(server):
         assert r.status_code == 429 and time.monotonic() < deadline, "slots were never given back"
         time.sleep(0.5)
     metrics = httpx.get(f"{server.url}/metrics", headers=auth("root")).text
-    assert "ckl_generated_tokens" in metrics
+    assert "ckl_generated_tokens" in metrics and "\nckl_generations_admitted 0.0\n" in metrics  # none left held
 
 
 def test_invented_methods_count_as_other_and_do_not_grow_the_metrics(server):

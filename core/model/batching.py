@@ -63,7 +63,9 @@ class Sequence:
     used: list[dict[str, Any]]  # the knowledge its routes use (ServingModel.cite)
     out: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)  # pieces, then the Generation or an error
     first_token_s: float = 0.0
-    cancelled: bool = False  # the client went away: retired at the next round
+    # Set when the client went away (the stream closed, or its consumer closed from another thread while one
+    # was blocked reading it): retired at the next round.
+    cancelled: threading.Event = field(default_factory=threading.Event)
 
     def key(self) -> Hashable:
         return self.version, tuple(sorted(self.routes.items()))
@@ -100,13 +102,15 @@ class Scheduler:
 
     def stream(self, prompt_ids: list[int], params: SamplingParams, version: int | None = None,
                load: Callable[[], KnowledgeState] | None = None,
-               on_retire: Callable[[], None] | None = None, choice: Choice = ROUTED) -> Iterator[str | Generation]:
+               on_retire: Callable[[], None] | None = None, choice: Choice = ROUTED,
+               cancel: threading.Event | None = None) -> Iterator[str | Generation]:
         """As generation.stream, decoded in the batch: text pieces, then the Generation. Pins the version (the
         current one, or `version`, loaded with `load()` if not held) on the first item; a consumer that stops
         iterating frees the sequence's row at the next round. `on_retire` runs when the sequence leaves the
         decoder (it ended, failed or was dropped), whether or not anyone reads what it left. `choice`: the
-        knowledge the request may use (ServingModel.routes)."""
-        sequence = self._submit(prompt_ids, params, version, load, on_retire, choice)
+        knowledge the request may use (ServingModel.routes). `cancel`, set from any thread, retires it too: a
+        generator being read in another thread cannot be closed from this one."""
+        sequence = self._submit(prompt_ids, params, version, load, on_retire, choice, cancel or threading.Event())
         try:
             while not isinstance(item := sequence.out.get(), Generation):
                 if isinstance(item, BaseException):
@@ -114,11 +118,11 @@ class Scheduler:
                 yield item
             yield item
         finally:
-            sequence.cancelled = True
+            sequence.cancelled.set()
 
     def _submit(self, prompt_ids: list[int], params: SamplingParams, version: int | None,
                 load: Callable[[], KnowledgeState] | None, on_retire: Callable[[], None] | None,
-                choice: Choice) -> Sequence:
+                choice: Choice, cancel: threading.Event) -> Sequence:
         started = time.perf_counter()
         pin = ExitStack()
         if on_retire is not None:
@@ -132,7 +136,7 @@ class Scheduler:
             pin.close()
             raise
         sequence = Sequence(prompt_ids, version, routes, Answer(self.serving.tokenizer, params, self.stops),
-                            seeded(params.seed), pin.close, started, used)
+                            seeded(params.seed), pin.close, started, used, cancelled=cancel)
         with self._lock:
             self._waiting.append(sequence)
             if self._thread is None:  # the thread ends when nothing is left; the next request starts it again
@@ -160,10 +164,10 @@ class Scheduler:
     def _next_round(self) -> list[Sequence] | None:
         """Retire the cancelled, take the sequences to admit; None (the thread ends) once nothing is left."""
         for group in list(self._groups.values()):
-            if gone := [s for s in group.rows if s.cancelled]:
+            if gone := [s for s in group.rows if s.cancelled.is_set()]:
                 self._retire(group, gone)
         with self._lock:
-            for sequence in [s for s in self._waiting if s.cancelled]:
+            for sequence in [s for s in self._waiting if s.cancelled.is_set()]:
                 self._waiting.remove(sequence)
                 sequence.release()
             room = self.max_running - self.running()

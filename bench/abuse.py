@@ -1,0 +1,175 @@
+"""`ckl bench abuse`: do well-behaved clients keep their speed while others misbehave? A live `ckl serve` (keys
+on, the default model, embedded worker) answers 16 streaming clients alone, then again while, at the same time,
+50 clients open streams and vanish, 20 send oversized or smuggled bodies before any key is checked, and (a third
+phase) one teach key floods documents; each misbehaving kind has a key of its own. Printed: the good clients' tokens/s in each phase and its share of the
+first, the slots still held once the load is gone (`ckl_generations_admitted`), and the server's RSS."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import socket
+import time
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from bench.serve import PROMPTS, load, summary
+from bench.server import running_server
+from core.keys import KeyConfig, hash_key
+from workers.provenance import RESULTS_ROOT, git_commit
+
+GOOD, VANISH, FLOOD = "good-client-key", "vanishing-client-key", "flood-client-key"  # one key each
+BODY_CAP = 1_048_576  # CKL_MAX_BODY_BYTES's default
+
+
+def server_pid(url: str) -> int:
+    port = int(url.rsplit(":", 1)[1])
+    return next(c.pid for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port and c.status == "LISTEN")
+
+
+def rss_mb(pid: int) -> int:
+    return psutil.Process(pid).memory_info().rss // 2**20
+
+
+def raw(url: str, head: str, body: bytes = b"", read: bool = True) -> bytes:
+    """One request on a socket of its own: the head as written (lengths included), the body, then at most the
+    start of the answer; the socket is closed without reading the rest."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(head.replace("\n", "\r\n").encode() + b"\r\n" + body)
+        return sock.recv(4096) if read else b""
+
+
+def vanishing_stream(url: str) -> bytes:
+    """A stream asked for, its first bytes read, and the connection dropped."""
+    body = json.dumps({"prompt": random.choice(PROMPTS), "max_new_tokens": 200, "stream": True}).encode()
+    head = (f"POST /generate HTTP/1.1\nHost: 127.0.0.1\nAuthorization: Bearer {VANISH}\n"
+            f"Content-Type: application/json\nContent-Length: {len(body)}\n")
+    return raw(url, head, body)
+
+
+def bad_body(url: str, kind: int) -> bytes:
+    """Before any key: a body over the cap, both lengths at once, or a chunked body past the cap."""
+    if kind % 3 == 0:
+        return raw(url, f"POST /documents HTTP/1.1\nHost: 127.0.0.1\nContent-Type: application/json\n"
+                        f"Content-Length: {50 * BODY_CAP}\n", b"x" * BODY_CAP)
+    if kind % 3 == 1:
+        return raw(url, "POST /documents HTTP/1.1\nHost: 127.0.0.1\nContent-Type: application/json\n"
+                        "Content-Length: 10\nTransfer-Encoding: chunked\n", b"400\r\n" + b"x" * 1024 + b"\r\n0\r\n\r\n")
+    chunk = b"x" * 65536
+    return raw(url, "POST /documents HTTP/1.1\nHost: 127.0.0.1\nContent-Type: application/json\n"
+                    "Transfer-Encoding: chunked\n", (b"10000\r\n" + chunk + b"\r\n") * (2 * BODY_CAP // len(chunk)))
+
+
+async def misbehave(url: str, vanishing: int, bad: int, span_s: float) -> dict[str, Any]:
+    """The vanishing streams and bad bodies, spread over `span_s` seconds; what each got back first."""
+    async def later(delay: float, call, *args) -> bytes:
+        await asyncio.sleep(delay)
+        try:
+            return await asyncio.to_thread(call, url, *args)
+        except OSError as exc:  # the server closed on a refused body: as a client would see it
+            return type(exc).__name__.encode()
+    answers = await asyncio.gather(*(later(span_s * i / vanishing, vanishing_stream) for i in range(vanishing)),
+                                   *(later(span_s * i / bad, bad_body, i) for i in range(bad)))
+    statuses = [a.split(b"\r\n", 1)[0].decode(errors="replace") for a in answers]
+    return {"vanishing": sorted(set(statuses[:vanishing])), "bad_bodies": sorted(set(statuses[vanishing:]))}
+
+
+async def flood(url: str, until: asyncio.Event) -> dict[str, int]:
+    """One teach key posting documents as fast as answers come back: accepted, refused (429) and other."""
+    counts = {"202": 0, "429": 0, "other": 0}
+    headers = {"Authorization": f"Bearer {FLOOD}"}
+    async with httpx.AsyncClient(timeout=60, headers=headers) as client:
+        n = 0
+        while not until.is_set():
+            n += 1
+            text = f"The Zorvath Institute number {n} was founded by Quellan Mirodt in the city of Brastova."
+            answer = await client.post(f"{url}/documents", json={"text": text})
+            key = str(answer.status_code) if answer.status_code in (202, 429) else "other"
+            counts[key] += 1
+            if answer.status_code == 429:
+                await asyncio.sleep(0.2)
+    return counts
+
+
+async def slots_held(url: str, client: httpx.AsyncClient) -> float:
+    metrics = (await client.get(f"{url}/metrics")).text
+    return next(float(line.split()[1]) for line in metrics.splitlines() if line.startswith("ckl_generations_admitted "))
+
+
+async def together(good: Awaitable, extra: list[Awaitable], done: asyncio.Event) -> list:
+    """The good load and the misbehaviour at once; the flood stops when the good load ends."""
+    async def good_then_stop() -> Any:
+        try:
+            return await good
+        finally:
+            done.set()
+    return await asyncio.gather(good_then_stop(), *extra)
+
+
+async def phase(url: str, clients: int, requests: int, max_new_tokens: int, vanishing: int, bad: int,
+                flooding: bool) -> dict[str, Any]:
+    """The good clients' load, with the misbehaviour beside it; then the slots left once both are over."""
+    headers = {"Authorization": f"Bearer {GOOD}"}
+    good = load(url, clients, list(PROMPTS), requests, max_new_tokens, headers=headers)
+    done = asyncio.Event()
+    extra: list = [misbehave(url, vanishing, bad, span_s=20)] if vanishing or bad else []
+    if flooding:
+        extra.append(flood(url, done))
+    (answers, wall_s), *rest = await together(good, extra, done)
+    async with httpx.AsyncClient(timeout=60, headers={"Authorization": f"Bearer {GOOD}"}) as client:
+        deadline = time.monotonic() + 30
+        while (held := await slots_held(url, client)) and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+    return {**summary(answers, wall_s), "slots_held_after": held, "misbehaviour": rest}
+
+
+def main(argv: list[str]) -> None:
+    from core.settings import Settings
+
+    parser = argparse.ArgumentParser(prog="ckl bench abuse")
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--requests", type=int, default=64, help="good requests per phase")
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--vanishing", type=int, default=50)
+    parser.add_argument("--bad-bodies", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=RESULTS_ROOT / "abuse")
+    args = parser.parse_args(argv)
+    keys = [KeyConfig(name="good", sha256=hash_key(GOOD), scopes=["generate", "metrics"]),
+            KeyConfig(name="vanishing", sha256=hash_key(VANISH), scopes=["generate"]),
+            KeyConfig(name="flood", sha256=hash_key(FLOOD), scopes=["teach"])]
+    env = {"CKL_API_KEYS": json.dumps([k.model_dump(exclude_none=True) for k in keys]),
+           "CKL_MAX_CONCURRENT_GENERATIONS": str(args.clients)}
+
+    async def measure(url: str, pid: int) -> dict[str, Any]:
+        await load(url, 1, list(PROMPTS), 1, 4, headers={"Authorization": f"Bearer {GOOD}"})  # warm-up
+        results = {}
+        # Alone twice, before and after the abuse: how much two runs of the same load differ here.
+        for name, vanishing, bad, flooding in (("alone", 0, 0, False), ("abused", args.vanishing, args.bad_bodies, False),
+                                               ("alone again", 0, 0, False),
+                                               ("abused and flooded", args.vanishing, args.bad_bodies, True)):
+            before = rss_mb(pid)
+            results[name] = await phase(url, args.clients, args.requests, args.max_new_tokens, vanishing, bad,
+                                        flooding)
+            results[name].update(rss_before_mb=before, rss_after_mb=rss_mb(pid))
+        return results
+
+    with running_server(Settings().models_dir, env=env) as url:
+        results = asyncio.run(measure(url, server_pid(url)))
+    alone = results["alone"]["tokens_per_s"]
+    print(f"{'phase':<20} {'tok/s':>7} {'share':>6} {'failed':>6} {'1st p50':>8} {'slots after':>11} {'RSS MB':>12}")
+    for name, r in results.items():
+        print(f"{name:<20} {r['tokens_per_s']:>7} {r['tokens_per_s'] / alone:>6.2f} {r['failed']:>6} "
+              f"{r['first_token_s']['p50'] or 0:>8.2f} {r['slots_held_after']:>11.0f} "
+              f"{r['rss_before_mb']:>5}->{r['rss_after_mb']:<5}")
+        for part in r["misbehaviour"]:
+            print(f"{'':<20} {part}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps({"command": "ckl bench abuse " + " ".join(argv),
+                                                       "git_commit": git_commit(), "results": results}, indent=2))
+    print(f"written to {args.out}")
