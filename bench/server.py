@@ -40,7 +40,11 @@ def running_server(models_dir: Path, timeout_s: float = 600, env: dict[str, str]
             yield url
         finally:
             server.terminate()
-            server.wait(30)
+            try:
+                server.wait(30)
+            except subprocess.TimeoutExpired:  # a job in training may hold it past the grace period
+                server.kill()
+                server.wait(30)
 
 
 def _ready(url: str) -> bool:

@@ -25,6 +25,12 @@ class EventStream(StreamingResponse):
                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         self._lines, self._generation = lines, generation
 
+    async def listen_for_disconnect(self, receive: Receive) -> None:
+        await super().listen_for_disconnect(receive)
+        # The client is gone: stop the generation now. The response's own end waits for the pool's thread, which may
+        # be waiting for a prompt's first token that nobody will read.
+        self._generation.close()
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
