@@ -24,6 +24,8 @@ def version_row(manifest: dict[str, Any]) -> dict[str, Any]:
         "decision": "base" if manifest["version"] == 0 else "committed",
         "created_at": manifest.get("created_at"),
         "delta_bytes": manifest.get("delta_bytes", 0),
+        "replaces": len(manifest.get("replaces", [])),  # facts of earlier documents it replaced
+        "removes": manifest.get("removes"),  # the document a removal took out
     }
 
 

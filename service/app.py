@@ -21,11 +21,11 @@ from service.generations import GenerationService
 from service.metrics import Metrics
 from service.middleware import RequestGuard
 from service.openai.routes import router as openai_router
-from service.routes import docs, documents, generate, health, metrics, probes, versions
+from service.routes import console, docs, documents, generate, health, metrics, probes, versions
 
 THREADS_FOR_OTHER_ROUTES = 16
 ROUTERS = (health.router, generate.router, documents.router, probes.router, versions.router, metrics.router,
-           openai_router, docs.router)
+           openai_router, docs.router, console.router)
 access_log = logging.getLogger("ckl.access")
 
 

@@ -12,7 +12,8 @@ from service.middleware import host_name
 from tests.api_app import tiny_client, tiny_settings
 
 KEYS = {"asker": ["generate"], "teacher": ["teach"], "other": ["teach"], "root": ["admin"]}
-PUBLIC = {"/health", "/ready"}
+# The console's files are code without data (every datum comes from the API, with a key).
+PUBLIC = {"/health", "/ready", "/console", "/console/console.js", "/console/console.css"}
 FACT = {"text": "the capital of veltoria is marnhold", "probes": [{"prompt": "the capital of veltoria is",
                                                                    "answer": "marnhold"}]}
 

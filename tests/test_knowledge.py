@@ -53,6 +53,10 @@ def test_answers_cite_the_documents_that_answered_and_chosen_knowledge_answers_t
         both = ask(client, [brennoria, veltoria])  # in teaching order
         assert [u["document_id"] for u in both["knowledge"]["used"]] == [veltoria, brennoria]
 
+        # The retention curves as a picture, for reports.
+        picture = client.get("/health/forgetting.png")
+        assert picture.headers["content-type"] == "image/png" and picture.content.startswith(b"\x89PNG")
+
         # Off is version 0, token for token.
         off = ask(client, "off")
         base = client.post("/v1/completions", json={"model": "ckl-v0", "prompt": PROMPT, "max_tokens": 4,

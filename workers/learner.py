@@ -206,12 +206,11 @@ class Learner:
         earlier documents, a known subject's other facts), so they hold with the new delta beside the others; they
         go to `run.replay`, a few rows of which each step trains beside all of the document's own."""
         how = self.weigher.weighting(run.record.get("weighting") or self.settings.weighting)
-        examples, top = self.weigher.examples({**run.record, "weighting": how}, run.suites["own"])
+        examples, shown = self.weigher.examples({**run.record, "weighting": how}, run.suites["own"])
         if run.method.probe_contexts:
             moved = [p for p in run.suites["learned"] + run.suites["neighbours"] if run.method.affected(p.prompt)]
             run.replay = self.weigher.probe_examples(moved)
-        self.documents.update(run.doc_id, weighting_used=how, top_weighted_tokens=top,
-                              scores={"before": run.before.summary()})
+        self.documents.update(run.doc_id, weighting_used=how, **shown, scores={"before": run.before.summary()})
         return examples
 
     def train(self, run: Run, examples: list[Example], own: list[Probe], report_progress: bool = True,

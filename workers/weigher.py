@@ -15,6 +15,7 @@ from workers.train_attention.phi import TrainAttention, packaged_checkpoint
 log = logging.getLogger(__name__)
 
 TOP_WEIGHTED = 12
+HEAT_TOKENS = 512  # the tokens whose weights a record keeps for the console (a document's start, when it is long)
 
 
 class Weigher:
@@ -43,9 +44,11 @@ class Weigher:
             self._train_attention = TrainAttention.from_path(self.model, path)
         return self._train_attention
 
-    def examples(self, record: dict[str, Any], own: list[Probe]) -> tuple[list[Example], list[dict[str, Any]]]:
+    def examples(self, record: dict[str, Any], own: list[Probe]) -> tuple[list[Example], dict[str, Any]]:
         """The document's examples weighted as the record asks (all-zero weights fall back to uniform), with the
-        extra contexts its method asks for, and the document's most-weighted tokens."""
+        extra contexts its method asks for; and what the record shows of the weights: the most-weighted tokens
+        (`top_weighted_tokens`) and the first HEAT_TOKENS tokens as [text, weight] (`token_weights`, the console's
+        heatmap)."""
         doc = examples.encode(self.tokenizer, record["text"])
         how = self.weighting(record.get("weighting") or self.settings.weighting)
         phi = self.phi().weights if how == "train_attention" else None
@@ -61,7 +64,8 @@ class Weigher:
         ranked = sorted(range(len(doc.ids)), key=lambda i: -weights[i])[:TOP_WEIGHTED]
         top = [{"token": self.tokenizer.decode([doc.ids[i]]), "weight": round(weights[i], 4), "position": i}
                for i in sorted(ranked) if weights[i] > 0]
-        return made, top
+        heat = [[self.tokenizer.decode([token]), round(weights[i], 3)] for i, token in enumerate(doc.ids[:HEAT_TOKENS])]
+        return made, {"top_weighted_tokens": top, "token_weights": heat}
 
     def probe_examples(self, probes: list[Probe]) -> list[Example]:
         """Each probe as text with weight on its answer only."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
@@ -17,6 +18,7 @@ from core.lifecycle import Status
 from core.namespaces import SHARED, namespace_of
 from core.runtime import Runtime
 from core.state import same_prompt
+from core.versions import UnknownVersion
 from service.auth import needs
 from service.dependencies import RuntimeDep
 from service.errors import ApiError, busy, field_error
@@ -76,10 +78,15 @@ def delete_document(document_id: str, runtime: RuntimeDep,
 
 @router.get("/documents/{document_id}")
 def get_document(document_id: str, runtime: RuntimeDep, caller: TeachCaller) -> dict[str, Any]:
-    """The record, and which of its facts later documents replaced in the current version (from the lineage)."""
+    """The record, which of its facts later documents replaced in the current version (from the lineage), and the
+    routing key its version holds (a routed document's, until it is removed)."""
     record = owned(runtime, document_id, caller)
     replaced = [r for r in replacements(runtime.versions, runtime.versions.current()) if r["document_id"] == document_id]
-    return {**record, "replaced": replaced}
+    key = None
+    if record["status"] == Status.COMMITTED and record.get("version") and not record.get("removes"):
+        with suppress(UnknownVersion):
+            key = runtime.versions.manifest(record["version"]).get("key")
+    return {**record, "replaced": replaced, "routing_key": key}
 
 
 @router.get("/documents")

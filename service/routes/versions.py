@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends
+from fastapi.responses import Response
 
 from core import forgetting
 from core.state import restored_by
 from core.versions import UnknownVersion
 from service.auth import needs
+from service.charts import forgetting_png
 from service.dependencies import RuntimeDep
 from service.errors import ApiError
 from service.schemas import ActivateRequest
@@ -48,3 +50,10 @@ def activate(version: int, req: ActivateRequest, runtime: RuntimeDep) -> dict[st
 @router.get("/health/forgetting")
 def health_forgetting(runtime: RuntimeDep) -> dict[str, Any]:
     return forgetting.report(runtime.versions, runtime.suites, runtime.documents)
+
+
+@router.get("/health/forgetting.png", response_class=Response, responses={200: {"content": {"image/png": {}}}})
+def health_forgetting_png(runtime: RuntimeDep) -> Response:
+    """The report's history as a picture: NF and learned accuracy per version."""
+    rows = forgetting.report(runtime.versions, runtime.suites, runtime.documents)["history"]
+    return Response(forgetting_png(rows), media_type="image/png")
