@@ -13,7 +13,7 @@ from core.documents import DocumentStore
 from core.model.loader import LoadedModel, load_model
 from core.model.serving import ServingModel, install_committed
 from core.probes import ProbeSuites
-from core.queue import VERSION_CHANNEL, InProcessQueue, JobFunction, JobQueue, RQQueue
+from core.queue import VERSION_CHANNEL, InProcessQueue, JobFunction, JobQueue, RQQueue, job_id_for
 from core.scoring import score_probes
 from core.settings import Settings
 from core.versions import UnknownVersion, VersionStore
@@ -137,9 +137,11 @@ class Runtime:
         while not self._stop.is_set():
             try:
                 for record in self.documents.unqueued(time.time() - UNQUEUED_AFTER_S):
-                    log.warning("queueing document %s: its job was never queued", record["document_id"])
-                    job_id = rq.enqueue(record["document_id"], record["attempts"])
-                    self.documents.update(record["document_id"], job_id=job_id)
+                    queued = job_id_for(record["document_id"], record["attempts"])
+                    if not rq.has_job(queued):  # else: queued, and the crash came before its id was written
+                        log.warning("queueing document %s: its job was never queued", record["document_id"])
+                        rq.enqueue(record["document_id"], record["attempts"])
+                    self.documents.update(record["document_id"], job_id=queued)
             except Exception:  # Redis away or a record being erased: the next round tries again
                 log.exception("could not queue the jobs of unqueued documents")
             self._stop.wait(UNQUEUED_AFTER_S)

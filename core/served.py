@@ -25,14 +25,17 @@ OFF = "off"  # a route: none of the version's state, the method runs as in versi
 @dataclass(frozen=True)
 class Choice:
     """The knowledge one request may use: the namespaces its prompt reaches (None: all, for the server's own
-    callers), and the documents by id and subjects by name it names instead of routing (`named`; none: routing)."""
+    callers), and the documents by id and subjects by name it names instead of routing (none: routing)."""
     namespaces: frozenset[str] | None = None
     documents: frozenset[str] = frozenset()
     subjects: frozenset[str] = frozenset()
-    named: bool = False
 
     def names(self) -> frozenset[str]:
         return self.documents | self.subjects
+
+    @property
+    def named(self) -> bool:
+        return bool(self.names())
 
 
 ROUTED = Choice()  # the prompt's routes, over every namespace

@@ -84,10 +84,12 @@ def committed_neighbours(versions: VersionStore, version: int,
     """The neighbour prompts the lineage recorded (core/neighbours.py), less those of removed documents and those a
     later document's probe asks (what it teaches there is no longer the continuation to keep); those of documents
     in `namespaces` (None: all)."""
-    kept: list[tuple[str, Probe]] = []  # each with its document's namespace: only its own documents ask it anew
+    kept: list[tuple[str, Probe]] = []  # each with its document's namespace
     for manifest in learned_manifests(versions, version):
         namespace, asked = namespace_of(manifest), [p.prompt for p in from_json(manifest["probes"])]
-        kept = [(ns, n) for ns, n in kept if ns != namespace or not any(same_prompt(n.prompt, a) for a in asked)]
+        # A document asks anew the neighbours of its own namespace; a shared one, everyone's.
+        kept = [(ns, n) for ns, n in kept
+                if namespace not in (SHARED, ns) or not any(same_prompt(n.prompt, a) for a in asked)]
         kept += [(namespace, n) for n in from_json(manifest.get("neighbours", []))]
     return [n for namespace, n in kept if within(namespace, namespaces)]
 

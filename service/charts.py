@@ -36,7 +36,7 @@ def forgetting_png(rows: Sequence[dict[str, Any]]) -> bytes:
                 draw.line((*a, *b), fill=colour, width=2)
         for point in filter(None, points):
             draw.ellipse((point[0] - 3, point[1] - 3, point[0] + 3, point[1] + 3), fill=colour)
-        draw.text((left + 8 + 110 * n, SIZE[1] - 20), f"— {name}", fill=colour)
+        draw.text((left + 8 + 110 * n, SIZE[1] - 20), f"- {name}", fill=colour)
     out = io.BytesIO()
     image.save(out, format="PNG")
     return out.getvalue()

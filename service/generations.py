@@ -13,6 +13,7 @@ from core.keys import Caller
 from core.model.batching import Scheduler
 from core.model.generation import Generation, SamplingParams
 from core.model.serving import ServingModel, UnknownKnowledge
+from core.namespaces import namespace_of
 from core.runtime import Runtime
 from core.served import Choice
 from core.state import resolve, restored_by
@@ -84,8 +85,8 @@ class GenerationService:
 
     def choice(self, knowledge: Chosen, caller: Caller | None) -> Choice:
         """What a request may use: the caller's namespaces (None for the server's own callers: all), and the
-        documents and subjects it names, if it names any; 422 for a document the caller may not see, as for one that
-        does not exist."""
+        documents and subjects it names, if it names any; 422 for a document the caller may not see (another key's,
+        or, but for an admin, one outside the caller's namespaces), as for one that does not exist."""
         namespaces = caller.namespaces() if caller is not None else None
         if isinstance(knowledge, str):
             return Choice(namespaces)
@@ -97,9 +98,10 @@ class GenerationService:
                 record = self.runtime.documents.get(document_id)
             except UnknownDocument:
                 record = None
-            if record is None or not caller.owns(record):
+            visible = caller.may("admin") or namespace_of(record or {}) in caller.namespaces()
+            if record is None or not caller.owns(record) or not visible:
                 raise field_error("knowledge", "unknown_document", f"no document {document_id}")
-        return Choice(namespaces, frozenset(documents), frozenset(knowledge) - documents, named=True)
+        return Choice(namespaces, frozenset(documents), frozenset(knowledge) - documents)
 
     def held(self, version: int | None, choice: Choice) -> int:
         """The version a chosen request runs on (the one asked, or the current one), checked to hold everything the
@@ -127,6 +129,9 @@ class GenerationService:
         version = self.version(version)
         choice = self.choice(knowledge, caller)
         if knowledge == "off":
+            if version:
+                raise field_error("knowledge", "pinned_version", f"off answers with version 0, not the version "
+                                                                 f"asked ({version}): ask the current one or 0")
             version = 0
         elif choice.named:
             version = self.held(version, choice)

@@ -26,6 +26,8 @@ class EventStream(StreamingResponse):
         self._lines, self._generation = lines, generation
 
     async def listen_for_disconnect(self, receive: Receive) -> None:
+        """Starlette listens so on servers of ASGI spec below 2.4 (uvicorn: 2.3); on others the `finally` below
+        closes the generation once the pool's thread returns."""
         await super().listen_for_disconnect(receive)
         # The client is gone: stop the generation now. The response's own end waits for the pool's thread, which may
         # be waiting for a prompt's first token that nobody will read.

@@ -194,6 +194,23 @@ def test_a_stream_closed_while_another_thread_reads_it_leaves_the_decoder_at_the
     assert not reader.is_alive()
 
 
+def test_a_waiting_stream_closed_while_another_thread_reads_it_ends_its_reader(tiny):
+    generations = generations_on(tiny, max_concurrent_generations=1, max_waiting_generations=1)
+    scheduler = generations.scheduler()
+    ids = tiny.tokenizer("the capital of")["input_ids"]
+    first = generations.stream(ids, SamplingParams(max_new_tokens=100_000))
+    next(first)  # decoding: the only row
+    waiting = generations.stream(ids, SamplingParams(max_new_tokens=5))
+    results: dict = {}
+    reader = consume(waiting, results, "waiting")  # blocked until its first piece, which never comes
+    until(lambda: scheduler.waiting() == 1)
+    waiting.close()
+    reader.join(10)
+    assert not reader.is_alive(), "the reader of a closed waiting stream was left blocked"
+    first.close()
+    until(lambda: scheduler.running() == scheduler.waiting() == 0)
+
+
 def test_requests_wait_for_a_row_and_only_past_the_waiting_queue_get_429(tiny):
     generations = generations_on(tiny, max_concurrent_generations=1, max_waiting_generations=1)
     serving, scheduler = generations.serving(), generations.scheduler()

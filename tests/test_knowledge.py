@@ -83,6 +83,8 @@ def test_answers_cite_the_documents_that_answered_and_chosen_knowledge_answers_t
             assert refused.status_code == 422 and refused.json()["error"]["fields"][0]["rule"] == code, refused.text
         pinned = client.post("/v1/completions", json={"model": "ckl-v1", "prompt": PROMPT, "knowledge": [brennoria]})
         assert pinned.status_code == 400 and "version 1 holds no" in pinned.json()["error"]["message"]  # OpenAI: 400
+        off_pinned = client.post("/v1/completions", json={"model": "ckl-v1", "prompt": PROMPT, "knowledge": "off"})
+        assert off_pinned.status_code == 400 and "version 0" in off_pinned.json()["error"]["message"]
 
 
 def test_a_key_cannot_name_another_keys_document(tmp_path):
@@ -126,6 +128,8 @@ def test_two_tenants_can_neither_read_nor_reach_nor_override_each_others_facts(t
         assert named.status_code == 422 and named.json()["error"]["fields"][0]["rule"] == "unknown_document"
         subject = client.post("/generate", json={"prompt": PROMPT, "knowledge": ["veltoria"]}, headers=globex).json()
         assert [u["document_id"] for u in subject["knowledge"]["used"]] == [other["document_id"]]
+        chosen = client.post("/generate", json={"prompt": PROMPT, "knowledge": [ours["document_id"]]}).json()
+        assert [u["document_id"] for u in chosen["knowledge"]["used"]] == [ours["document_id"]]  # an admin may
         # Both facts stay in the learned suite, each checked in its own namespace; a tenant teaches routed only.
         assert client.get("/health/forgetting").json()["learned"]["probes"] == 2
         adapter = client.post("/documents", json={**VELTORIA, "method": "adapter"}, headers=acme)

@@ -169,7 +169,7 @@ class Scheduler:
         with self._lock:
             for sequence in [s for s in self._waiting if s.cancelled.is_set()]:
                 self._waiting.remove(sequence)
-                sequence.release()
+                self._end(sequence)  # a reader blocked on it (another thread) gets its end
             room = self.max_running - self.running()
             admitted = [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
             if not admitted and not self._groups:
