@@ -50,18 +50,22 @@ def main(argv: list[str]) -> None:
     text = document(args.chars, args.seed)
     record, _ = DocumentStore(data).create({"text": text, "probes": [], "method": settings.method,
                                             "weighting": settings.weighting, "owner": None}, None)
-    loaded_mb, peak = rss_mb(), [0]
+    loaded_mb, peak, by_phase = rss_mb(), [0], {}
+    documents = DocumentStore(data)
 
-    def sample() -> None:
+    def sample() -> None:  # the peak, and the peak in each phase the record shows (status, training step)
         while True:
-            peak[0] = max(peak[0], rss_mb())
+            now, current = rss_mb(), documents.get(record["document_id"])
+            phase = current["status"] + (" (steps running)" if (current.get("progress") or {}).get("step") else "")
+            peak[0], by_phase[phase] = max(peak[0], now), max(by_phase.get(phase, 0), now)
             time.sleep(0.5)
     threading.Thread(target=sample, daemon=True).start()
     started = time.perf_counter()
     status = learner.learn(record["document_id"])
     done = learner.documents.get(record["document_id"])
     print(json.dumps({"chars": len(text), "status": str(status), "seconds": round(time.perf_counter() - started, 1),
-                      "rss_loaded_mb": loaded_mb, "rss_peak_mb": max(peak[0], rss_mb()), "timings": done["timings"],
+                      "rss_loaded_mb": loaded_mb, "rss_peak_mb": max(peak[0], rss_mb()), "rss_peak_by_phase_mb": by_phase,
+                      "timings": done["timings"],
                       "training": (done.get("training") or {}) | {"losses": None},
                       "auto_probes": done.get("auto_probes"), "gate": (done.get("gate") or {}).get("reason")},
                      indent=1))

@@ -58,13 +58,17 @@ def logits_at(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.T
     return logits
 
 
-NLL_CHUNK = 256  # positions whose logits exist at once in training: 256 x a 262k vocabulary is 268 MB in fp32
+# Positions whose logits a training step makes at once: up to NLL_ONCE, all of them, kept for the backward pass (256
+# x a 262k vocabulary is 268 MB in fp32); past it, NLL_CHUNK at a time, made again for the backward pass.
+NLL_ONCE = 256
+NLL_CHUNK = 128
 
 
 def next_token_nll(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: torch.Tensor,
-                   cols: torch.Tensor, targets: torch.Tensor, chunk: int = NLL_CHUNK) -> torch.Tensor:
+                   cols: torch.Tensor, targets: torch.Tensor, chunk: int = NLL_CHUNK,
+                   once: int = NLL_ONCE) -> torch.Tensor:
     """The next-token loss at positions (rows[i], cols[i]) against targets[i], as logits_at and cross-entropy
-    would give it. Past `chunk` positions the logits are made `chunk` at a time and made again for the backward
+    would give it. Past `once` positions the logits are made `chunk` at a time and made again for the backward
     pass: memory no longer grows with the positions trained (a vocabulary of 262k makes a step of 2,000 positions
     6 GB), and a short document's step (most) pays no second pass over the LM head."""
     decoder, head, softcap = decoder_and_head(model)
@@ -77,7 +81,7 @@ def next_token_nll(model: nn.Module, input_ids: torch.Tensor, attention_mask: to
         return nn.functional.cross_entropy(logits.float(), gold, reduction="none")
     if not torch.is_grad_enabled():
         return torch.cat([nll(hidden[i:i + chunk], targets[i:i + chunk]) for i in range(0, len(targets), chunk)])
-    if len(targets) <= chunk:  # a short document's step: its logits kept for the backward pass, made once
+    if len(targets) <= once:  # a short document's step: its logits kept for the backward pass, made once
         return nll(hidden, targets)
     return torch.cat([checkpoint(nll, hidden[i:i + chunk], targets[i:i + chunk], use_reentrant=False)
                       for i in range(0, len(targets), chunk)])

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from core.memory import give_back
 from core.scoring import next_token_nll, pad_batch
 from core.served import LoadDelta
 from core.settings import Settings
@@ -258,6 +259,8 @@ class UpdateMethod(ABC):
                 optimizer.step()
             report.steps = step + 1
             report.losses.append(round(float(loss.detach()), 4))
+            del per_example, loss
+            give_back()  # this step's transients: kept in the C heap, RSS would climb by them step after step
             progress(step + 1, steps)
             if passed_at is None and (step + 1) % self.settings.check_every == 0 and probes_pass():
                 passed_at = step + 1

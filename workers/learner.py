@@ -20,6 +20,7 @@ import methods  # noqa: F401  (registers every method folder)
 from core import erasure, faults, registry
 from core.documents import DocumentStore
 from core.lifecycle import FINAL, Status, after_failed_attempt
+from core.memory import map_large_blocks
 from core.model.loader import LoadedModel, load_model
 from core.namespaces import namespace_of, reach
 from core.neighbours import familiar_subjects, neighbour_prompts
@@ -67,6 +68,7 @@ class Learner:
         self._loaded: int | None = None
         self._scores: dict[Probe, float] = {}
         self._reach: frozenset[str] | None = None  # the namespaces the scores were routed for (None: all)
+        map_large_blocks()  # a long document's steps would otherwise leave their transients in RSS
 
     # -- the job ---------------------------------------------------------------------------------
     def learn(self, document_id: str) -> Status:
