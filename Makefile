@@ -3,7 +3,7 @@
 PYTHON ?= $(firstword $(foreach p,python3.11 python3.12 python3.13 python3,$(if $(shell $(p) --version 2>/dev/null),$(p))))
 VENV ?= .venv
 BIN := $(VENV)/bin
-# torch: PyTorch's CPU wheel on any machine, or the wheel pip's find-links already hold (no index asked then);
+# torch: the wheel pip's find-links already hold, else PyTorch's CPU wheel from its own index;
 # `make GPU=1` takes PyPI's CUDA build instead.
 TORCH := torch==2.13.0
 CPU_TORCH_INDEX := https://download.pytorch.org/whl/cpu
@@ -17,8 +17,12 @@ $(BIN)/ckl: pyproject.toml requirements.lock
 ifdef GPU
 	$(BIN)/pip install --quiet $(TORCH)
 else
-	$(BIN)/pip install --quiet --no-index $(TORCH) 2>/dev/null \
-	  || $(BIN)/pip install --quiet --index-url $(CPU_TORCH_INDEX) $(TORCH)
+	# A wheel pip's find-links hold is taken as it is (its dependencies from the usual index); else the CPU index.
+	if $(BIN)/pip install --quiet --no-deps --no-index $(TORCH) 2>/dev/null; then \
+	  $(BIN)/pip install --quiet $(TORCH); \
+	else \
+	  $(BIN)/pip install --quiet --index-url $(CPU_TORCH_INDEX) $(TORCH); \
+	fi
 endif
 	# Every other dependency at the version requirements.lock names (make lock writes it).
 	$(BIN)/pip install --quiet --constraint requirements.lock -e '.[dev]'

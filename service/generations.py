@@ -16,7 +16,7 @@ from core.model.serving import ServingModel, UnknownKnowledge
 from core.namespaces import namespace_of
 from core.runtime import Runtime
 from core.served import Choice
-from core.state import resolve, restored_by
+from core.state import KnowledgeState, resolve, restored_by
 from service.errors import ApiError, busy, field_error
 from service.metrics import Metrics
 from service.schemas import DOCUMENT_NAME, Knowledge
@@ -98,8 +98,8 @@ class GenerationService:
                 record = self.runtime.documents.get(document_id)
             except UnknownDocument:
                 record = None
-            visible = caller.may("admin") or namespace_of(record or {}) in caller.namespaces()
-            if record is None or not caller.owns(record) or not visible:
+            if record is None or not caller.owns(record) or not (
+                    caller.may("admin") or namespace_of(record) in caller.namespaces()):
                 raise field_error("knowledge", "unknown_document", f"no document {document_id}")
         return Choice(namespaces, frozenset(documents), frozenset(knowledge) - documents)
 
@@ -117,7 +117,8 @@ class GenerationService:
                                   "routed method can be chosen, by id or by subject") from None
         return version
 
-    def loader(self, version: int | None) -> Any:
+    def loader(self, version: int | None) -> Callable[[], KnowledgeState] | None:
+        """How to load `version` if the served model does not hold it (None for version 0, always held)."""
         return (lambda: resolve(self.runtime.versions, version)) if version else None
 
     def stream(self, ids: list[int], params: SamplingParams, version: int | None = None,
