@@ -113,22 +113,17 @@ def evidence(prompt_words: set[str], key: dict[str, float]) -> dict[str, Any]:
     return {"score": round(sum(key[term] for term in named), 3), "terms": named}
 
 
-def chosen(keys: Sequence[tuple[str, dict[str, float]]], documents: Iterable[str],
-           subjects: Iterable[str]) -> tuple[tuple[str, ...], set[str]]:
-    """The documents, in teaching order, that a request names by id or by subject (a subject is named by the words
-    of one of its key's terms: "Vontarex", "Harvard University"), and the ids and subjects that named any."""
-    documents = set(documents)
+def about(keys: Sequence[tuple[str, dict[str, float]]], subjects: Iterable[str]) -> tuple[set[str], set[str]]:
+    """The documents a request names by subject (a subject is named by the words of one of its key's terms:
+    "Vontarex", "Harvard University"), and the subjects that named any."""
     wanted = {subject: words(subject) for subject in subjects}
-    ids, found = [], set()
+    ids, found = set(), set()
     for document_id, key in keys:
         names = [words(term.partition("|")[0]) for term in asked(key)]
-        hits = {subject for subject, ws in wanted.items() if ws in names}
-        if document_id in documents:
-            hits.add(document_id)
-        if hits:
-            ids.append(document_id)
+        if hits := {subject for subject, ws in wanted.items() if ws in names}:
+            ids.add(document_id)
             found |= hits
-    return tuple(ids), found
+    return ids, found
 
 
 def route(prompt: str, keys: Sequence[tuple[str, dict[str, float]]], threshold: float) -> tuple[str, ...] | None:

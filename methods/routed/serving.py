@@ -93,10 +93,10 @@ class RoutedServed(ServedMethod):
 
     def select(self, version: int, choice: Choice) -> tuple[Hashable | None, set[str]]:
         state = self._states[version]
-        by_id, _ = routing.chosen(state.keys(), choice.documents, ())
-        by_subject, found = routing.chosen(state.keys(choice.namespaces), (), choice.subjects)
-        chosen = tuple(document_id for document_id, _ in state.keys() if document_id in {*by_id, *by_subject})
-        return chosen or None, found | set(by_id)
+        by_id = choice.documents & {taught.document_id for taught in state.documents}
+        by_subject, found = routing.about(state.keys(choice.namespaces), choice.subjects)
+        chosen = tuple(taught.document_id for taught in state.documents if taught.document_id in by_id | by_subject)
+        return chosen or None, found | by_id
 
     def cite(self, version: int, prompt: str, route: Hashable | None) -> list[dict[str, Any]]:
         keys = dict(self._states[version].keys())
