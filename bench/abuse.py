@@ -1,8 +1,9 @@
 """`ckl bench abuse`: do well-behaved clients keep their speed while others misbehave? A live `ckl serve` (keys
 on, the default model, embedded worker) answers 16 streaming clients alone, then again while, at the same time,
 50 clients open streams and vanish, 20 send oversized or smuggled bodies before any key is checked, and (a third
-phase) one teach key floods documents; each misbehaving kind has a key of its own. Printed: the good clients' tokens/s in each phase and its share of the
-first, the slots still held once the load is gone (`ckl_generations_admitted`), and the server's RSS."""
+phase) one teach key floods documents; each misbehaving kind has a key of its own. Printed: the good clients'
+tokens/s in each phase and its share of the first, the slots still held once the load is gone
+(`ckl_generations_admitted`), and the server's RSS."""
 from __future__ import annotations
 
 import argparse
@@ -29,7 +30,8 @@ BODY_CAP = 1_048_576  # CKL_MAX_BODY_BYTES's default
 
 def server_pid(url: str) -> int:
     port = int(url.rsplit(":", 1)[1])
-    return next(c.pid for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port and c.status == "LISTEN")
+    return next(c.pid for c in psutil.net_connections("tcp")
+                if c.laddr and c.laddr.port == port and c.status == "LISTEN")
 
 
 def rss_mb(pid: int) -> int:
@@ -150,9 +152,9 @@ def main(argv: list[str]) -> None:
         await load(url, 1, list(PROMPTS), 1, 4, headers={"Authorization": f"Bearer {GOOD}"})  # warm-up
         results = {}
         # Alone twice, before and after the abuse: how much two runs of the same load differ here.
-        for name, vanishing, bad, flooding in (("alone", 0, 0, False), ("abused", args.vanishing, args.bad_bodies, False),
-                                               ("alone again", 0, 0, False),
-                                               ("abused and flooded", args.vanishing, args.bad_bodies, True)):
+        phases = (("alone", 0, 0, False), ("abused", args.vanishing, args.bad_bodies, False),
+                  ("alone again", 0, 0, False), ("abused and flooded", args.vanishing, args.bad_bodies, True))
+        for name, vanishing, bad, flooding in phases:
             before = rss_mb(pid)
             results[name] = await phase(url, args.clients, args.requests, args.max_new_tokens, vanishing, bad,
                                         flooding)

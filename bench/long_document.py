@@ -64,7 +64,8 @@ def main(argv: list[str]) -> None:
     status = learner.learn(record["document_id"])
     done = learner.documents.get(record["document_id"])
     print(json.dumps({"chars": len(text), "status": str(status), "seconds": round(time.perf_counter() - started, 1),
-                      "rss_loaded_mb": loaded_mb, "rss_peak_mb": max(peak[0], rss_mb()), "rss_peak_by_phase_mb": by_phase,
+                      "rss_loaded_mb": loaded_mb, "rss_peak_mb": max(peak[0], rss_mb()),
+                      "rss_peak_by_phase_mb": by_phase,
                       "timings": done["timings"],
                       "training": (done.get("training") or {}) | {"losses": None},
                       "auto_probes": done.get("auto_probes"), "gate": (done.get("gate") or {}).get("reason")},

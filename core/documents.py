@@ -139,7 +139,8 @@ class DocumentStore:
     def unqueued(self, before: float) -> list[dict[str, Any]]:
         """Queued records made before `before` that no job names: the process that wrote one died before it
         queued the job (a write, then an enqueue, then the job id)."""
-        return [r for r in self.pending() if r["status"] == Status.QUEUED and not r["job_id"] and r["created_at"] < before]
+        return [r for r in self.pending()
+                if r["status"] == Status.QUEUED and not r["job_id"] and r["created_at"] < before]
 
     def resumable(self, retries: int, holding: Callable[[str], int | None]) -> list[dict[str, Any]]:
         """The pending documents to run again after a worker died. One it died on during every allowed attempt

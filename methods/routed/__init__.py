@@ -5,5 +5,6 @@ from methods.routed.config import RoutedSettings
 from methods.routed.serving import RoutedServed
 from methods.routed.training import RoutedMethod
 
-register(MethodSpec("routed", RoutedServed, RoutedMethod, RoutedSettings, "routed_lora.safetensors", removable=True, routed=True,
+register(MethodSpec("routed", RoutedServed, RoutedMethod, RoutedSettings, "routed_lora.safetensors", removable=True,
+                    routed=True,
                     refusal=lambda text, probes, config: routing.refusal(text, probes, config.threshold)))

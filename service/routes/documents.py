@@ -99,7 +99,8 @@ def list_documents(runtime: RuntimeDep, caller: TeachCaller, offset: int = Query
 
 def refuse_at_post(runtime: Runtime, req: DocumentRequest, method: str, caller: Caller) -> None:
     """422 for what the worker would refuse anyway: a tenant's document for a method that cannot keep it to its
-    namespace, the method's own rule (for the routed method, a document no prompt could be routed to), a probe that contradicts a must-keep probe (the gate keeps those), and a
+    namespace, the method's own rule (for the routed method, a document no prompt could be routed to), a probe
+    that contradicts a must-keep probe (the gate keeps those), and a
     document id in `supersedes` the caller cannot see."""
     spec = registry.get(method)
     if caller.namespace and not spec.routed:
