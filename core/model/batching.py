@@ -129,9 +129,7 @@ class Scheduler:
             pin.callback(on_retire)
         version = pin.enter_context(self.serving.pinned(version, load))
         try:
-            prompt = self.serving.tokenizer.decode(prompt_ids, skip_special_tokens=True)
-            routes = self.serving.routes(version, prompt, choice)
-            used = self.serving.cite(version, prompt, routes)
+            routes, used = self.serving.decide(version, prompt_ids, choice)
         except BaseException:
             pin.close()
             raise

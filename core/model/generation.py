@@ -135,10 +135,7 @@ def stream(serving: ServingModel, prompt_ids: list[int], params: SamplingParams,
     answer = Answer(serving.tokenizer, params, eos_ids(serving))
     first_token_s = 0.0
     with serving.pinned(version, load) as version:
-        # The route is decided on the whole prompt and held for every token of the answer.
-        prompt = serving.tokenizer.decode(prompt_ids, skip_special_tokens=True)
-        routes = serving.routes(version, prompt)
-        used = serving.cite(version, prompt, routes)
+        routes, used = serving.decide(version, prompt_ids)
         step_input = torch.tensor([prompt_ids], device=serving.device)
         cache = None
         while answer.finish_reason is None:

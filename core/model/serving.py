@@ -113,6 +113,14 @@ class ServingModel:
             raise UnknownKnowledge(missing)
         return routes
 
+    def decide(self, version: int, prompt_ids: list[int],
+               choice: Choice = ROUTED) -> tuple[Routes, list[dict[str, Any]]]:
+        """A request's routes, decided on its whole prompt and held for every token of its answer, and what they
+        use (`cite`)."""
+        prompt = self.tokenizer.decode(prompt_ids, skip_special_tokens=True)
+        routes = self.routes(version, prompt, choice)
+        return routes, self.cite(version, prompt, routes)
+
     def cite(self, version: int, prompt: str, routes: Routes) -> list[dict[str, Any]]:
         """The knowledge a request on `routes` uses: each method that learned something in `version` and is on says
         what of it (a routed document, with its score, or a method's whole state)."""

@@ -15,7 +15,7 @@ from core.model.generation import Generation, SamplingParams
 from core.state import restoring
 from core.versions import VersionStore
 from service.errors import ApiError, field_error
-from service.generations import Admitted, GenerationService, citation
+from service.generations import Admitted, Chosen, GenerationService, citation
 from service.openai.protocol import (
     MODEL,
     AssistantMessage,
@@ -96,7 +96,7 @@ class Run:
     id: str
     created: int
     model: str
-    knowledge: Any  # what the request chose (its `knowledge`)
+    knowledge: Chosen  # what the request chose (its `knowledge`)
 
     def result(self) -> Generation:
         *_, last = self.pieces
