@@ -8,7 +8,9 @@ time), time to first token (the first text event) and end-to-end latency, p50 an
 ratio to generate's single-stream tokens/s. With --teach N, the largest level runs once more while N documents
 are taught and swapped in (the prompt mix then also asks the taught facts): failed requests, the longest
 pause between two streamed events (training competes for the same cores) and the longest pause a swap itself
-put between two decoding steps (the server's `ckl_swap_pause_seconds_max`). Writes results.json under --out.
+put between two decoding steps (the server's `ckl_swap_pause_seconds_max`). With --routes N, N documents are
+taught first and the largest level runs twice more: every client asking the first document's probe (one route),
+and each client asking another document's (N routes). Writes results.json under --out.
 """
 from __future__ import annotations
 
@@ -137,6 +139,19 @@ async def taught_level(url: str, clients: int, requests: int, max_new_tokens: in
     return {**summary(answers, wall_s), "documents": documents, "swap_pause_max_s": swap_max}
 
 
+async def routed_levels(url: str, clients: int, requests: int, max_new_tokens: int, n: int) -> dict[str, Any]:
+    """The largest level on one route and on `n` routes, once `n` documents are taught (each routes its own
+    probe's prompt to its delta)."""
+    facts = [json.loads(line) for line in FACTS.read_text().splitlines() if line.strip()][:n]
+    documents = await teach(url, facts, asyncio.Event())
+    if any(d["status"] != "committed" for d in documents):
+        raise SystemExit(f"ckl bench serve --routes: not every document was committed: {documents}")
+    asked = [f["probe"]["prompt"] for f in facts]
+    one = await load(url, clients, asked[:1], requests, max_new_tokens)
+    many = await load(url, clients, asked, requests, max_new_tokens)
+    return {f"{clients} clients, one route": summary(*one), f"{clients} clients, {n} routes": summary(*many)}
+
+
 def plain_generate(model_dir: Path, prompts: list[str], max_new_tokens: int) -> dict[str, Any]:
     """One request at a time with `model.generate` (greedy, up to max_new_tokens, stops at end of sequence)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -179,6 +194,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--teach", type=int, default=0, metavar="N",
                         help="also run the largest level while N documents are taught and swapped in")
+    parser.add_argument("--routes", type=int, default=0, metavar="N",
+                        help="teach N documents, then run the largest level on one route and on N routes")
     parser.add_argument("--url", help="a running server (its own settings); default: start one on a fresh data folder")
     parser.add_argument("--out", type=Path, default=RESULTS_ROOT / "serve")
     args = parser.parse_args(argv)
@@ -193,6 +210,8 @@ def main(argv: list[str]) -> None:
         for clients in levels:
             answers, wall_s = await load(url, clients, list(PROMPTS), args.requests, args.max_new_tokens)
             results[f"{clients} clients"] = summary(answers, wall_s)
+        if args.routes:
+            results |= await routed_levels(url, levels[-1], args.requests, args.max_new_tokens, args.routes)
         if args.teach:
             results[f"{levels[-1]} clients, teaching {args.teach}"] = await taught_level(
                 url, levels[-1], args.requests, args.max_new_tokens, args.teach)

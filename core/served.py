@@ -81,6 +81,18 @@ class ServedMethod(ABC):
     def use(self, version: int, route: Hashable | None = None) -> None:
         """Called before each decoding step of a request pinned to `version` (under the serving lock)."""
 
+    per_row = False  # whether rows of one forward pass may each have their own route (use_rows)
+
+    def use_rows(self, version: int, routes: list[Hashable | None]) -> None:
+        """Like `use`, with a route per row of the batch (None or OFF: none of this method's knowledge on that row).
+        Only for a method with `per_row`."""
+        raise NotImplementedError(f"{self.name} decides its state for a whole forward pass")
+
+    def stats(self) -> dict[str, int]:
+        """Counters for /metrics: `resident` (deltas in memory), `hits` and `misses` (a route's delta found in memory,
+        or read from its version); a method that holds everything in memory has none."""
+        return {}
+
     @abstractmethod
     def drop(self, version: int) -> None:
         """No request needs `version` any more."""

@@ -8,7 +8,7 @@ from collections import Counter as Tally
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric, SummaryMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
 from core import forgetting
@@ -47,12 +47,23 @@ class DataFolderCollector(Collector):
         yield SummaryMetricFamily("ckl_swap_pause_seconds", "Decoding paused by version swaps (the last 1000)",
                                   count_value=len(swaps), sum_value=sum(swaps))
         yield GaugeMetricFamily("ckl_swap_pause_seconds_max", "The longest of those pauses", value=max(swaps, default=0))
+        if self.runtime.serving is not None:
+            yield from delta_cache(self.runtime.serving.methods.values())
         versions = self.runtime.versions
         current = versions.current()
         yield GaugeMetricFamily("ckl_knowledge_version", "The current knowledge version", value=current)
         nf = forgetting.version_row(versions.manifest(current))["nf_acc"]
         if nf is not None:
             yield GaugeMetricFamily("ckl_nf_accuracy", "NF-suite accuracy of the current version", value=nf)
+
+
+def delta_cache(methods) -> Iterator[Metric]:
+    """Deltas held in memory, and how often a route found its delta there (read from disk otherwise)."""
+    stats = [method.stats() for method in methods]
+    yield GaugeMetricFamily("ckl_deltas_resident", "Routed deltas held in memory",
+                            value=sum(s.get("resident", 0) for s in stats))
+    for name, help_text in (("hits", "A route's delta found in memory"), ("misses", "A route's delta read from disk")):
+        yield CounterMetricFamily(f"ckl_delta_cache_{name}", help_text, value=sum(s.get(name, 0) for s in stats))
 
 
 class Metrics:

@@ -6,10 +6,12 @@ from collections.abc import Callable
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from core.model.batching import Scheduler
 from core.model.generation import Generation, SamplingParams, generate, stream
 from core.model.serving import ServingModel
+from methods.routed.serving import RoutedState, Taught
 from service.errors import ApiError
 from service.generations import GenerationService
 from service.metrics import Metrics
@@ -24,8 +26,8 @@ def watch(serving: ServingModel, hooks: dict[int, Callable[[], None]]) -> list[t
     steps: list[tuple[int, int, int]] = []
     original = serving.run
 
-    def run(version, fn, routes=None):
-        out = original(version, fn, routes)
+    def run(version, fn, routes=None, rows=None):
+        out = original(version, fn, routes, rows)
         steps.append((version, out.logits.shape[0], out.cache.get_seq_length()))
         if hook := hooks.pop(len(steps), None):
             hook()
@@ -232,3 +234,68 @@ def test_requests_wait_for_a_row_and_only_past_the_waiting_queue_get_429(tiny):
     assert one.finish_reason and two.finish_reason
     assert max(rows for _, rows, _ in steps) == 1  # the waiting request never joined the running one's batch
     assert two.timing["first_token_s"] > 0 and scheduler.waiting() == scheduler.running() == 0
+
+
+def random_routed(serving: ServingModel, keys: dict[str, dict[str, float]], version: int) -> None:
+    """Install `version` holding one routed document per key, each with a random delta (read from its own
+    version, as the store would)."""
+    lora = serving.methods["routed"].lora
+    deltas = {}
+    for n, document_id in enumerate(keys, start=1):
+        tensors = lora.fresh(seed=n)
+        for name, tensor in tensors.items():
+            if name.endswith(".B"):
+                tensor.data.normal_(0, 0.3, generator=torch.Generator().manual_seed(n))
+        deltas[n] = {k: v.detach().clone() for k, v in tensors.items()}
+    state = RoutedState([Taught(d, key, n) for n, (d, key) in enumerate(keys.items(), start=1)], deltas.__getitem__)
+    serving.install(version, {"routed": state})
+
+
+def test_prompts_routed_to_different_documents_share_one_forward_pass_with_their_own_answers(tiny):
+    serving = ServingModel(tiny, SETTINGS)
+    random_routed(serving, {"a": {"veltoria": 5.0}, "b": {"marnhold": 5.0}}, version=1)
+    tok = tiny.tokenizer
+    prompts = ["the capital of veltoria is", "marnhold is a city in", "the capital of france is",
+               "veltoria and marnhold", "the capital of veltoria was founded by"]
+    assert [serving.routes(1, p)["routed"] for p in prompts] == [("a",), ("b",), None, ("a", "b"), ("a",)]
+    ids = [tok(p)["input_ids"] for p in prompts]
+    alone = [list(stream(serving, i, SamplingParams(10))) for i in ids]
+    assert alone[0][-1].text != list(stream(serving, ids[0], SamplingParams(10), version=0))[-1].text  # a delta
+
+    scheduler = Scheduler(serving, max_running=8)
+    results: dict[int, list] = {}
+    threads: list[threading.Thread] = []
+    start = [lambda n=n: consume(scheduler.stream(ids[n], SamplingParams(10)), results, n) for n in range(5)]
+    steps = watch(serving, {1: submitted(scheduler, start[1], threads), 2: submitted(scheduler, start[2], threads),
+                            3: submitted(scheduler, start[3], threads), 4: submitted(scheduler, start[4], threads)})
+    threads.append(start[0]())
+    until(lambda: len(threads) == 5 and not any(t.is_alive() for t in threads), 60)
+    for n, expected in enumerate(alone):
+        assert results[n][-1].text == expected[-1].text, prompts[n]
+    assert max(rows for _, rows, _ in steps) == 5  # four routes and none, in one pass
+
+
+def test_prompts_admitted_together_are_prefilled_in_one_padded_pass_and_answer_as_alone(tiny):
+    serving = ServingModel(tiny, SETTINGS)
+    random_routed(serving, {"a": {"veltoria": 5.0}, "b": {"marnhold": 5.0}}, version=1)
+    tok = tiny.tokenizer
+    long_prompt = "the capital of france is paris and the capital of germany is berlin and the capital of veltoria is"
+    prompts = ["paris", long_prompt, "marnhold is a city in", "the capital of", "veltoria"]
+    ids = [tok(p)["input_ids"] for p in prompts]
+    assert len(ids[1]) > WINDOW  # a padded prefill past the sliding window
+    params = [SamplingParams(12), SamplingParams(12), SamplingParams(1), SamplingParams(12),
+              SamplingParams(12, temperature=0.9, top_p=0.9, seed=3)]  # one ends at its first token
+    alone = [list(stream(serving, i, p)) for i, p in zip(ids, params)]
+
+    scheduler = Scheduler(serving, max_running=8)
+    results: dict[int, list] = {}
+    threads: list[threading.Thread] = []
+    start = [lambda n=n: consume(scheduler.stream(ids[n], params[n]), results, n) for n in range(5)]
+    together = [submitted(scheduler, start[n], threads) for n in range(1, 5)]
+    steps = watch(serving, {1: lambda: [hook() for hook in together]})  # all four wait for the same round
+    threads.append(start[0]())
+    until(lambda: len(threads) == 5 and not any(t.is_alive() for t in threads), 60)
+    for n, expected in enumerate(alone):
+        assert results[n][:-1] == expected[:-1] and results[n][-1].text == expected[-1].text, prompts[n]
+    # The passes: the first prompt's prefill, its first step, then the four prompts' prefill in one.
+    assert [rows for _, rows, _ in steps[:3]] == [1, 1, 4]

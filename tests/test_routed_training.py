@@ -5,12 +5,14 @@ import copy
 import time
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from core.scoring import Probe, encode_probe
 from core.settings import Settings
 from core.training import Example, batches, most_at_risk
 from methods.routed import routing
-from methods.routed.serving import RoutedState, Taught
+from methods.routed.layer import RoutedLora
+from methods.routed.serving import RoutedState, Taught, lora_shape
 from methods.routed.training import RoutedMethod
 from workers import weighting
 
@@ -145,3 +147,52 @@ def test_a_long_document_trains_its_probes_in_every_step_and_stops_at_the_deadli
     assert report.steps == 4 and all(sizes[0] == len(ids) and sum(sizes[1:]) <= 64 for sizes in seen[:4])
     report = method.train([*windows, probe], budget=50, pinned=[probe], deadline=time.perf_counter())
     assert report.timed_out and report.steps == 0
+
+
+def test_a_delta_read_again_after_leaving_memory_gives_bit_identical_logits(tiny, tmp_path):
+    """At most `resident` documents stay in memory; one evicted is read again from its (real) file when a route
+    needs it, and the model computes exactly what it did. A bfloat16 file is read into the model's float32."""
+    written = RoutedMethod(tiny.model, tiny.tokenizer, Settings())
+    with_random_deltas(written, ["a", "b", "c"])
+    files = {d: tmp_path / f"{d}.safetensors" for d in "abc"}
+    for document_id, dtype in (("a", torch.float32), ("b", torch.bfloat16), ("c", torch.float32)):
+        save_file({k: v.to(dtype).contiguous() for k, v in written.lora.documents[document_id].items()},
+                  str(files[document_id]))
+    lora = RoutedLora(tiny.model, lora_shape(Settings().method_config("routed")), resident=1)
+    for version, document_id in enumerate("abc", start=1):
+        lora.register(document_id, version, lambda d=document_id: load_file(str(files[d])))
+    ids = torch.tensor([tiny.tokenizer("the capital of veltoria is marnhold")["input_ids"]])
+    with torch.no_grad():
+        lora.activate(("a",))
+        first = tiny.model(ids).logits
+        lora.activate(("b", "c"))  # a route of two: both stay in memory while it is on
+        both = tiny.model(ids).logits
+        assert set(lora.documents) == {"b", "c"}
+        lora.activate(("a",))
+        assert set(lora.documents) == {"a"} and (lora.hits, lora.misses) == (0, 4)
+        assert torch.equal(tiny.model(ids).logits, first)
+        lora.activate(("b", "c"))
+        assert torch.equal(tiny.model(ids).logits, both)
+        assert all(t.dtype == torch.float32 for t in lora.documents["b"].values())
+        lora.activate(("c",))
+        assert lora.hits == 1
+        lora.activate(None)
+
+
+def test_a_batch_with_a_route_per_row_gives_each_row_its_own_forward(tiny):
+    """Rows routed to different documents (or to none) in one forward pass: each row's logits are those of the row
+    alone with its route on, and a row routed nowhere gets exactly the base model's."""
+    method = RoutedMethod(tiny.model, tiny.tokenizer, Settings())
+    with_random_deltas(method, ["a", "b", "c"])
+    routes = [("a",), None, ("b", "c"), ("a",)]
+    texts = ["the capital of veltoria is", "the capital of france is", "marnhold was founded by", "a city in italy"]
+    ids = torch.tensor([tiny.tokenizer(t)["input_ids"][:5] for t in texts])
+    with torch.no_grad():
+        method.lora.activate_rows(routes)
+        batched = tiny.model(ids).logits
+        for row, route in enumerate(routes):
+            method.activate(route)
+            alone = tiny.model(ids[row : row + 1]).logits[0]
+            torch.testing.assert_close(batched[row], alone, rtol=1e-4, atol=1e-5)
+        method.activate(None)
+        torch.testing.assert_close(batched[1], tiny.model(ids[1:2]).logits[0], rtol=1e-4, atol=1e-5)  # base model

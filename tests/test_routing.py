@@ -1,6 +1,10 @@
 """Routing: a document's key, a prompt's route, and the routed method on the tiny model."""
+import re
+
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core.model.generation import SamplingParams, generate
 from core.model.serving import ServingModel
@@ -74,6 +78,9 @@ def test_a_routed_fact_is_served_only_to_its_prompts_and_its_removal_is_exact(tm
         manifest = client.learner.versions.manifest(record["version"])
         assert manifest["key"] == {"veltoria": 5.0, "= marnhold": 5.0}
         assert wait_version(client, 1, "the capital of veltoria is")["text"].strip() == "marnhold"
+        metrics = client.get("/metrics").text  # read from its version once, then found in memory
+        assert "ckl_deltas_resident 1.0" in metrics and "ckl_delta_cache_misses_total 1.0" in metrics
+        assert float(re.search(r"^ckl_delta_cache_hits_total (\S+)$", metrics, re.MULTILINE).group(1)) > 0
         # Unrouted prompts run the base model exactly.
         serving = client.app.state.runtime.serving
         assert serving.routes(1, "the capital of france is")["routed"] is None
@@ -128,3 +135,27 @@ def test_a_document_a_routed_delta_could_never_serve_is_refused_before_training(
     record = learner.documents.get(record["document_id"])
     assert reason in record["gate"]["reason"] and record.get("training") is None
     assert learner.versions.current() == 0
+
+
+WORDS = ["veltoria", "marnhold", "paris", "mayor", "harvard", "university", "president", "drift", "scooter", "the"]
+terms = st.one_of(
+    st.lists(st.sampled_from(WORDS), min_size=1, max_size=2).map(" ".join),
+    st.lists(st.sampled_from(WORDS), min_size=1, max_size=2).map(lambda ws: routing.ANSWER + " ".join(ws)),
+    st.tuples(st.sampled_from(WORDS), st.sampled_from(WORDS)).map(lambda t: f"{t[0]} | {t[1]}"))
+keys_lists = st.lists(st.dictionaries(terms, st.floats(0.1, 5.0), min_size=1, max_size=4), max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(keys_lists, st.lists(st.sampled_from(WORDS), max_size=6), st.integers(0, 3))
+def test_the_index_routes_exactly_as_the_scan(keys, prompt_words, extra):
+    """The inverted index (a prompt scored only against documents sharing a word with it) gives the routes, the
+    related documents and the reach of a linear scan over every key, with keys added on top (a candidate)."""
+    listed = [(f"d{i}", key) for i, key in enumerate(keys)]
+    index = routing.KeyIndex(listed[extra:]).plus(listed[:extra])
+    scan = listed[extra:] + listed[:extra]
+    prompt = " ".join(prompt_words)
+    assert routing.route(prompt, index, THRESHOLD) == routing.route(prompt, scan, THRESHOLD)
+    assert routing.reached(set(prompt_words), index, THRESHOLD) == routing.reached(set(prompt_words), scan, THRESHOLD)
+    for _, key in listed:
+        assert routing.related(key, index, THRESHOLD) == routing.related(key, scan, THRESHOLD)
+    assert list(index) == scan and all(index.key_of(d) == key for d, key in scan)

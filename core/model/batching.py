@@ -1,16 +1,18 @@
 """Continuous batching: one decoding thread runs every generation the API asks of the served model.
 
 Each round, between two decoding steps, the thread retires the sequences whose client went away, admits
-waiting ones up to the running cap (each prompt is prefilled alone, so its first token is the one a lone
-request gets), and then runs one forward pass per group for all of that group's sequences. Each sequence
+waiting ones up to the running cap (the prompts admitted together that may share a forward pass are prefilled
+in one, left-padded; a prompt admitted alone is prefilled alone, so its first token is the one a lone request
+gets), and then runs one forward pass per group for all of that group's sequences. Each sequence
 keeps its own sampling parameters and seeded generator, stop strings, max_new_tokens and finish reason
 (core/model/generation.py: Answer), and leaves its group as soon as it is complete.
 
-Groups. A method sets the model's state for a whole forward pass (`use(version, route)`: the active adapter,
-the memory rows written, the routed delta switched on), so only sequences pinned to the same knowledge version
-with the same routes can share one: each (version, routes) key is a group, and the groups are decoded in turn,
-one step each per round. The current version with no route (most traffic) is one group; a batched-LoRA path
-that would let adapters or routed deltas differ per row is not built.
+Groups. Most methods set the model's state for a whole forward pass (`use(version, route)`: the active adapter,
+the memory rows written), so only sequences pinned to the same knowledge version with the same routes can share
+one: each (version, routes) key is a group, and the groups are decoded in turn, one step each per round. The
+routed method routes per row (`use_rows`: each route's deltas added on its own rows, as S-LoRA and Punica do
+on a GPU), so its routes are left out of the key: prompts routed to different documents, or to none, share one
+forward pass of the base model.
 
 Cache. A group holds one batched KV cache, left-padded, with a 2D attention mask and per-row position ids
 (core/model/batch_cache.py). A sequence joining a group is padded on the left to the group's length, or
@@ -67,13 +69,11 @@ class Sequence:
     # was blocked reading it): retired at the next round.
     cancelled: threading.Event = field(default_factory=threading.Event)
 
-    def key(self) -> Hashable:
-        return self.version, tuple(sorted(self.routes.items()))
 
 
 @dataclass(eq=False)
 class Group:
-    """Sequences decoded by one forward pass: one version, one set of routes."""
+    """Sequences decoded by one forward pass: one version, one set of routes but those routed per row."""
     key: Hashable
     version: int
     routes: Routes
@@ -147,8 +147,11 @@ class Scheduler:
         try:
             with torch.inference_mode():
                 while (admitted := self._next_round()) is not None:
-                    for sequence in admitted:
-                        self._prefill(sequence)
+                    batches: dict[Hashable, list[Sequence]] = {}
+                    for sequence in admitted:  # admitted together, prefilled together where they may share a pass
+                        batches.setdefault(self._key(sequence), []).append(sequence)
+                    for batch in batches.values():
+                        self._prefill(batch)
                     for group in list(self._groups.values()):
                         self._step(group)
         except Exception as exc:  # a fault outside a forward pass: no request may be left waiting for it
@@ -175,33 +178,58 @@ class Scheduler:
                 return None
         return admitted
 
-    def _prefill(self, sequence: Sequence) -> None:
-        """The prompt alone, its first token, and the sequence into its group."""
-        if sequence.answer.finish_reason is not None:  # nothing to generate (max_new_tokens 0)
-            self._end(sequence)
+    def _key(self, sequence: Sequence) -> Hashable:
+        """What sequences sharing a forward pass must share: the version, and the routes not routed per row."""
+        return sequence.version, tuple(sorted(self.serving.shared_routes(sequence.routes).items()))
+
+    def _prefill(self, batch: list[Sequence]) -> None:
+        """The prompts of sequences with one key, left-padded into one forward pass; each row's first token, and
+        the rows into their group (a prompt alone is not padded, so its first token is the one a lone request
+        gets)."""
+        ready = []
+        for sequence in batch:
+            if sequence.answer.finish_reason is None:
+                ready.append(sequence)
+            else:  # nothing to generate (max_new_tokens 0)
+                self._end(sequence)
+        if not ready:
             return
-        ids = torch.tensor([sequence.prompt_ids], device=self.serving.device)
+        device, length = self.serving.device, max(len(s.prompt_ids) for s in ready)
+        ids = torch.tensor([[0] * (length - len(s.prompt_ids)) + s.prompt_ids for s in ready], device=device)
+        mask = (torch.arange(length, device=device)[None, :]
+                >= torch.tensor([length - len(s.prompt_ids) for s in ready], device=device)[:, None]).long()
+        padded = {"attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0)} if len(ready) > 1 else {}
         try:
-            out = self.serving.run(sequence.version, lambda m: m(input_ids=ids, use_cache=True, logits_to_keep=1),
-                                   sequence.routes)
+            out = self.serving.run(ready[0].version, lambda m: m(input_ids=ids, use_cache=True, logits_to_keep=1,
+                                                                 **padded),
+                                   ready[0].routes, [s.routes for s in ready] if padded else None)
         except Exception as exc:
-            self._fail([sequence], exc)
+            self._fail(ready, exc)
             return
-        token = self._take(sequence, out.logits[0, -1].float().cpu())
-        if sequence.answer.finish_reason is not None:
-            self._end(sequence)
+        if padded and not batch_cache.batchable(out.cache):  # rows that cannot be split: each prompt alone
+            for sequence in ready:
+                self._prefill([sequence])
             return
-        mask = torch.ones(1, len(sequence.prompt_ids), dtype=torch.long, device=self.serving.device)
-        positions = torch.tensor([len(sequence.prompt_ids)], device=self.serving.device)
-        last = torch.tensor([token], device=self.serving.device)
+        logits = out.logits[:, -1].float().cpu()
+        tokens = [self._take(s, logits[i]) for i, s in enumerate(ready)]
+        live = [i for i, s in enumerate(ready) if s.answer.finish_reason is None]
+        for sequence in ready:
+            if sequence.answer.finish_reason is not None:
+                self._end(sequence)
+        if not live:
+            return
+        if len(live) < len(ready):
+            mask = batch_cache.keep_rows(out.cache, mask, torch.tensor(live, device=device))
+        rows = [ready[i] for i in live]
+        positions = torch.tensor([len(s.prompt_ids) for s in rows], device=device)
+        last = torch.tensor([tokens[i] for i in live], device=device)
         # A cache that cannot be merged gets a group of its own (keyed by the sequence).
-        key = sequence.key() if batch_cache.batchable(out.cache) else sequence
+        key = self._key(rows[0]) if batch_cache.batchable(out.cache) else rows[0]
         if (group := self._groups.get(key)) is None:
-            self._groups[key] = Group(key, sequence.version, sequence.routes, [sequence], out.cache, mask, positions,
-                                      last)
+            self._groups[key] = Group(key, rows[0].version, rows[0].routes, rows, out.cache, mask, positions, last)
             return
         group.cache, group.mask = batch_cache.merge(group.cache, group.mask, out.cache, mask)
-        group.rows.append(sequence)
+        group.rows.extend(rows)
         group.positions = torch.cat([group.positions, positions])
         group.last = torch.cat([group.last, last])
 
@@ -212,7 +240,7 @@ class Scheduler:
         try:
             out = self.serving.run(group.version, lambda m: m(
                 input_ids=ids, attention_mask=mask, position_ids=positions, cache=group.cache, use_cache=True,
-                logits_to_keep=1), group.routes)
+                logits_to_keep=1), group.routes, [s.routes for s in group.rows])
         except Exception as exc:
             del self._groups[group.key]
             self._fail(group.rows, exc)

@@ -128,14 +128,23 @@ class ServingModel:
         return [entry for name, method in self.methods.items() if name in learned and routes.get(name) != OFF
                 for entry in method.cite(version, prompt, routes.get(name))]
 
-    def run(self, version: int, fn: Callable[[nn.Module], T], routes: Routes | None = None) -> T:
+    def run(self, version: int, fn: Callable[[nn.Module], T], routes: Routes | None = None,
+            rows: list[Routes] | None = None) -> T:
         """Run fn on the model with `version`'s state in use (as routed: a method OFF runs as in version 0); one
-        call is one decoding step."""
+        call is one decoding step. With `rows` (each row's routes, which agree on every method but those that
+        route per row), a method that routes per row gets each row's own route."""
         with self._lock, torch.inference_mode():
             for name, method in self.methods.items():
+                if rows is not None and method.per_row:
+                    method.use_rows(version, [row.get(name) for row in rows])
+                    continue
                 route = (routes or {}).get(name)
                 method.use(*((0, None) if route == OFF else (version, route)))
             return fn(self.model)
+
+    def shared_routes(self, routes: Routes) -> Routes:
+        """The routes a batch's rows must share: all but those of methods that route per row."""
+        return {name: route for name, route in routes.items() if not self.methods[name].per_row}
 
 
 def install_committed(serving: ServingModel, versions: VersionStore, version: int) -> float:

@@ -16,6 +16,14 @@ class RoutedSettings(BaseSettings):
     rank: int = Field(4, gt=0)
     alpha: float = Field(8.0, gt=0)
     targets: list[str] = Field(default_factory=lambda: ["gate_proj", "up_proj", "down_proj"])
+    # The decoder layers a new document's delta covers (empty: all). Serving applies whatever layers a delta holds.
+    layers: list[int] = Field(default_factory=list)
+    # How a committed delta is stored: bfloat16 halves the disk and the memory of a document; the trained tensors
+    # are rounded to it before the gate, so the gate checks what will be served.
+    storage: Literal["float32", "bfloat16"] = "bfloat16"
+    # Documents whose tensors stay in memory, the least recently routed to read again from their version when
+    # needed (0: all). A process's memory then follows use, not the number of documents taught.
+    resident: int = Field(512, ge=0)
     optimizer: Literal["adamw"] = "adamw"  # a fresh delta per document
     learning_rate: float = Field(1e-3, gt=0)
     # Steps trained after the document's probes first pass: a margin, so paraphrases and the answer's later

@@ -18,7 +18,7 @@ at a prompt encode its template, not its subject (docs/decisions.md: "Routing ke
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from wordfreq import zipf_frequency
@@ -30,6 +30,78 @@ KEY_MAX_ZIPF = 4.5  # words more common than this (about 3 in 100,000 words of E
 # Brannoch"), but it says nothing about which documents share a subject (Brannoch may have documents of its own).
 ANSWER = "= "
 RELATION_MAX_ZIPF = 5.5  # "president" (5.45) names a relation; "called", "city", "company" (5.6) say little
+
+
+Keys = Sequence[tuple[str, dict[str, float]]]  # (document id, key) in teaching order
+
+
+class KeyIndex(Sequence):
+    """Documents' keys in teaching order, with each document listed under the first word of each of its terms: a
+    term matches only a prompt holding all its name's words, so a prompt is scored only against the documents
+    listed under its own words (the others score 0), and routing costs what the prompt names, not the number of
+    documents. `plus` adds a few keys (a candidate) on top without building the index again."""
+
+    def __init__(self, keys: Keys = ()) -> None:
+        self._keys = list(keys)
+        self._extra: list[tuple[str, dict[str, float]]] = []
+        self._order = {document_id: i for i, (document_id, _) in enumerate(self._keys)}
+        self._by_word: dict[str, list[int]] = {}
+        for i, (_, key) in enumerate(self._keys):
+            for entry in {e for term in key for e in index_entries(term)}:
+                self._by_word.setdefault(entry, []).append(i)
+
+    def __len__(self) -> int:
+        return len(self._keys) + len(self._extra)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return (self._keys + self._extra)[i]
+
+    def __iter__(self) -> Iterator[tuple[str, dict[str, float]]]:
+        yield from self._keys
+        yield from self._extra
+
+    def plus(self, keys: Keys) -> KeyIndex:
+        joined = object.__new__(KeyIndex)
+        joined.__dict__ = {**self.__dict__, "_extra": self._extra + list(keys)}
+        return joined
+
+    def candidates(self, prompt_words: set[str]) -> list[tuple[str, dict[str, float]]]:
+        """The keys that share a word with the prompt, in teaching order (the added ones last)."""
+        entries = {*prompt_words, "", *(f"{w}|{stem}" for w in prompt_words for stem in stems(prompt_words))}
+        listed = sorted({i for entry in entries for i in self._by_word.get(entry, ())})
+        return [self._keys[i] for i in listed] + self._extra
+
+    def in_order(self, document_ids: set[str]) -> tuple[str, ...]:
+        extra = [d for d, _ in self._extra if d in document_ids]
+        return (*sorted((d for d in document_ids if d in self._order), key=self._order.__getitem__), *extra)
+
+    def key_of(self, document_id: str) -> dict[str, float]:
+        if document_id in self._order:
+            return self._keys[self._order[document_id]][1]
+        return dict(self._extra)[document_id]
+
+
+def candidates(keys: Keys, prompt_words: set[str]) -> Keys:
+    """The keys a prompt could reach: an index's candidates, or every key of a plain list."""
+    return keys.candidates(prompt_words) if isinstance(keys, KeyIndex) else keys
+
+
+def in_order(keys: Keys, document_ids: set[str]) -> tuple[str, ...]:
+    if isinstance(keys, KeyIndex):
+        return keys.in_order(document_ids)
+    return tuple(document_id for document_id, _ in keys if document_id in document_ids)
+
+
+def index_entries(term: str) -> list[str]:
+    """Where a term is listed in the index: under the first word of its name, which a prompt must hold ("= brannoch":
+    "brannoch"); a name with relation words under that word and each relation's stem ("paris | mayor": "paris|mayor"),
+    so a prompt about Paris's other facts is not scored against every document about Paris; a term without a name
+    (it matches every prompt) under ""."""
+    name, _, relation = term.removeprefix(ANSWER).partition("|")
+    first = (name.split() or [""])[0]
+    if not relation or not first:
+        return [first]
+    return [f"{first}|{stem}" for stem in stems(relation.split())]
 
 
 def document_key(text: str, answers: Iterable[str] = (), subjects: Iterable[str] = (),
@@ -113,7 +185,7 @@ def evidence(prompt_words: set[str], key: dict[str, float]) -> dict[str, Any]:
     return {"score": round(sum(key[term] for term in named), 3), "terms": named}
 
 
-def about(keys: Sequence[tuple[str, dict[str, float]]], subjects: Iterable[str]) -> tuple[set[str], set[str]]:
+def about(keys: Keys, subjects: Iterable[str]) -> tuple[set[str], set[str]]:
     """The documents a request names by subject (a subject is named by the words of one of its key's terms:
     "Vontarex", "Harvard University"), and the subjects that named any."""
     wanted = {subject: words(subject) for subject in subjects}
@@ -126,23 +198,24 @@ def about(keys: Sequence[tuple[str, dict[str, float]]], subjects: Iterable[str])
     return ids, found
 
 
-def route(prompt: str, keys: Sequence[tuple[str, dict[str, float]]], threshold: float) -> tuple[str, ...] | None:
+def route(prompt: str, keys: Keys, threshold: float) -> tuple[str, ...] | None:
     """The ids of the documents the prompt is about, in teaching order, or None for none. A prompt that reaches no
     document by what it is about may name a subject by one of its facts ("the currency of the country whose
     capital is Brannoch"): it goes to the documents whose answers it names, and to those they share a subject
     with."""
     prompt_words = words(prompt)
-    scored = [(document_id, *scores(prompt_words, key)) for document_id, key in keys]  # one pass over the keys
+    nearby = candidates(keys, prompt_words)
+    scored = [(document_id, *scores(prompt_words, key)) for document_id, key in nearby]  # one pass
     if about := tuple(document_id for document_id, named, _ in scored if named >= threshold):
         return about
     if not (by_answer := [document_id for document_id, _, with_answers in scored if with_answers >= threshold]):
         return None
-    by_id = dict(keys)
+    by_id = dict(nearby)
     subjects = set(by_answer).union(*(related(by_id[d], keys, threshold) for d in by_answer))
-    return tuple(document_id for document_id, _ in keys if document_id in subjects)
+    return in_order(keys, subjects)
 
 
-def related(key: dict[str, float], keys: Sequence[tuple[str, dict[str, float]]], threshold: float) -> tuple[str, ...]:
+def related(key: dict[str, float], keys: Keys, threshold: float) -> tuple[str, ...]:
     """The documents a document with `key` shares a subject with: those a prompt naming all its key words but its
     answers reaches."""
     return reached({w for term in asked(key) for w in term.replace("|", " ").split()}, keys, threshold) or ()
@@ -153,9 +226,9 @@ def asked(key: dict[str, float]) -> dict[str, float]:
     return {term: weight for term, weight in key.items() if not term.startswith(ANSWER)}
 
 
-def reached(prompt_words: set[str], keys: Sequence[tuple[str, dict[str, float]]],
-            threshold: float) -> tuple[str, ...] | None:
-    ids = tuple(document_id for document_id, key in keys if score(prompt_words, key) >= threshold)
+def reached(prompt_words: set[str], keys: Keys, threshold: float) -> tuple[str, ...] | None:
+    ids = tuple(document_id for document_id, key in candidates(keys, prompt_words)
+                if score(prompt_words, key) >= threshold)
     return ids or None
 
 

@@ -7,19 +7,21 @@ once and shared by every version that holds it.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
 from torch import nn
 
 from core.namespaces import SHARED, namespace_of, within
-from core.served import Choice, LoadDelta, ServedMethod
+from core.served import OFF, Choice, LoadDelta, ServedMethod
 from core.settings import Settings
 from core.subjects import words
 from methods.routed import routing
 from methods.routed.config import RoutedSettings
 from methods.routed.layer import LoraShape, RoutedLora
+from methods.routed.routing import KeyIndex
 
 
 @dataclass(frozen=True)
@@ -31,14 +33,29 @@ class Taught:
     namespace: str = SHARED
 
 
-@dataclass
 class RoutedState:
-    documents: list[Taught] = field(default_factory=list)  # teaching order
-    load_delta: LoadDelta | None = None  # reads a document's tensors from the version store when needed
+    """The documents a version holds, in teaching order, and how to read their tensors. Assign `documents` (never
+    change the list in place): the routing indexes built from them are dropped then."""
 
-    def keys(self, namespaces: frozenset[str] | None = None) -> list[tuple[str, dict[str, float]]]:
-        """The keys of the documents in `namespaces` (None: all), in teaching order."""
-        return [(d.document_id, d.key) for d in self.documents if within(d.namespace, namespaces)]
+    def __init__(self, documents: list[Taught] | None = None, load_delta: LoadDelta | None = None) -> None:
+        self.load_delta = load_delta  # reads a document's tensors from the version store when needed
+        self.documents = documents or []
+
+    @property
+    def documents(self) -> list[Taught]:
+        return self._documents
+
+    @documents.setter
+    def documents(self, documents: list[Taught]) -> None:
+        self._documents = list(documents)
+        self._indexes: dict[frozenset[str] | None, KeyIndex] = {}
+
+    def keys(self, namespaces: frozenset[str] | None = None) -> KeyIndex:
+        """The keys of the documents in `namespaces` (None: all), in teaching order, indexed by their words."""
+        if namespaces not in self._indexes:
+            self._indexes[namespaces] = KeyIndex([(d.document_id, d.key) for d in self._documents
+                                                  if within(d.namespace, namespaces)])
+        return self._indexes[namespaces]
 
 
 def compose(manifests: list[dict[str, Any]], load_delta: LoadDelta) -> RoutedState:
@@ -58,17 +75,16 @@ def compose(manifests: list[dict[str, Any]], load_delta: LoadDelta) -> RoutedSta
 
 
 def lora_shape(config: RoutedSettings) -> LoraShape:
-    return LoraShape(config.rank, config.alpha, tuple(config.targets))
+    return LoraShape(config.rank, config.alpha, tuple(config.targets), tuple(config.layers))
 
 
 def ensure_loaded(lora: RoutedLora, state: RoutedState) -> None:
-    """Read the tensors of the state's documents that `lora` does not hold yet."""
+    """Tell `lora` where each of the state's documents is stored; it reads them when a route needs them (a state
+    with no store: its documents' tensors are in memory already)."""
+    if state.load_delta is None:
+        return
     for taught in state.documents:
-        if lora.sources.get(taught.document_id) != taught.version:
-            assert state.load_delta is not None
-            device = next(next(iter(lora.modules.values())).parameters()).device
-            lora.documents[taught.document_id] = {k: v.to(device) for k, v in state.load_delta(taught.version).items()}
-            lora.sources[taught.document_id] = taught.version
+        lora.register(taught.document_id, taught.version, partial(state.load_delta, taught.version))
 
 
 class RoutedServed(ServedMethod):
@@ -76,7 +92,7 @@ class RoutedServed(ServedMethod):
 
     def __init__(self, model: nn.Module, settings: Settings) -> None:
         super().__init__(model, settings)
-        self.lora = RoutedLora(model, lora_shape(self.config))
+        self.lora = RoutedLora(model, lora_shape(self.config), self.config.resident)
         self._states: dict[int, RoutedState] = {0: RoutedState()}
 
     @staticmethod
@@ -86,6 +102,9 @@ class RoutedServed(ServedMethod):
     def add(self, version: int, state: RoutedState | None) -> None:
         state = state or RoutedState()
         ensure_loaded(self.lora, state)
+        # The version's own document is read now: a crash can have cut only the newest delta (each is synced before
+        # its version is made current), and a file that fails its hash must fail the install, not a request.
+        self.lora.bring(tuple(t.document_id for t in state.documents if t.version == version))
         self._states[version] = state
 
     def route(self, version: int, prompt: str, namespaces: frozenset[str] | None = None) -> Hashable | None:
@@ -99,19 +118,26 @@ class RoutedServed(ServedMethod):
         return chosen or None, found | by_id
 
     def cite(self, version: int, prompt: str, route: Hashable | None) -> list[dict[str, Any]]:
-        keys = dict(self._states[version].keys())
-        return [{"method": self.name, "document_id": document_id, **routing.evidence(words(prompt), keys[document_id])}
-                for document_id in route or ()]
+        keys = self._states[version].keys()
+        return [{"method": self.name, "document_id": document_id,
+                 **routing.evidence(words(prompt), keys.key_of(document_id))} for document_id in route or ()]
 
     def use(self, version: int, route: Hashable | None = None) -> None:
-        self.lora.active = route
+        self.lora.activate(route)
+
+    per_row = True  # a delta per row: prompts routed to different documents share a forward pass
+
+    def use_rows(self, version: int, routes: list[Hashable | None]) -> None:
+        self.lora.activate_rows([None if route == OFF else route for route in routes])
+
+    def stats(self) -> dict[str, int]:
+        return {"resident": len(self.lora.documents), "hits": self.lora.hits, "misses": self.lora.misses}
 
     def drop(self, version: int) -> None:
         self._states.pop(version, None)
         held = {taught.document_id for state in self._states.values() for taught in state.documents}
-        for document_id in set(self.lora.documents) - held:
-            del self.lora.documents[document_id]
-            self.lora.sources.pop(document_id, None)
+        for document_id in set(self.lora.sources) - held:
+            self.lora.forget(document_id)
 
 
 def empty_delta() -> dict[str, torch.Tensor]:

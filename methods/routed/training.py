@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Hashable
+from functools import partial
 from typing import Any
 
 import torch
@@ -24,6 +25,7 @@ from core.settings import Settings
 from core.training import UpdateMethod
 from methods.routed import routing
 from methods.routed.layer import RoutedLora
+from methods.routed.routing import KeyIndex
 from methods.routed.serving import RoutedState, Taught, empty_delta, ensure_loaded, lora_shape
 
 
@@ -35,7 +37,7 @@ class RoutedMethod(UpdateMethod):
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: Settings) -> None:
         super().__init__(model, tokenizer, settings)
         self._model = model
-        self.lora = RoutedLora(model, lora_shape(self.config))
+        self.lora = RoutedLora(model, lora_shape(self.config), self.config.resident)
         self.state = RoutedState()
         self.extra_steps = self.config.extra_steps
         self.weight_floor = self.config.weight_floor
@@ -57,15 +59,15 @@ class RoutedMethod(UpdateMethod):
     def load(self, state: RoutedState | None) -> None:
         self.state = state or RoutedState()
         held = {taught.document_id for taught in self.state.documents}
-        for document_id in set(self.lora.documents) - held:  # an uncommitted candidate included
-            del self.lora.documents[document_id]
-            self.lora.sources.pop(document_id, None)
+        for document_id in {*self.lora.documents, *self.lora.sources} - held:  # an uncommitted candidate included
+            self.lora.forget(document_id)
         ensure_loaded(self.lora, self.state)
         self._settle()
 
     def _settle(self) -> None:
         """No candidate: the loaded state is what a version holds."""
-        self.document_id, self.key, self.lora.active = None, {}, None
+        self.document_id, self.key = None, {}
+        self.lora.activate(None)
         self.keys_before = self.state.keys(self.reach)
         self.lora.trained = None
 
@@ -85,33 +87,42 @@ class RoutedMethod(UpdateMethod):
     def train(self, *args: Any, **kwargs: Any):
         # Trained (and its probes checked) with its own delta on, beside those of the documents it shares a subject
         # with: a prompt about the subject will have them all on. Only its own delta is trained.
-        self.lora.active = routing.related(self.key, self._keys(), self.config.threshold) or (self.document_id,)
-        return super().train(*args, **kwargs)
+        self.lora.activate(routing.related(self.key, self._keys(), self.config.threshold) or (self.document_id,))
+        report = super().train(*args, **kwargs)
+        stored = getattr(torch, self.config.storage)
+        with torch.no_grad():
+            for tensor in self.parameters():
+                tensor.copy_(tensor.to(stored))
+        return report
 
     def delta(self) -> dict[str, torch.Tensor]:
         if self.document_id is None:
             return empty_delta()
-        return {k: v.detach().cpu().clone() for k, v in self.lora.documents[self.document_id].items()}
+        stored = getattr(torch, self.config.storage)
+        return {k: v.detach().cpu().to(stored, copy=True) for k, v in self.lora.documents[self.document_id].items()}
 
     def manifest_fields(self) -> dict[str, Any]:
         c = self.config
         return {"key": self.key, "routing": {"threshold": c.threshold, "rank": c.rank, "alpha": c.alpha,
-                                             "targets": list(c.targets)},
+                                             "targets": list(c.targets), "layers": list(c.layers),
+                                             "storage": c.storage},
                 "hyperparameters": {"optimizer": c.optimizer, "learning_rate": c.learning_rate,
                                     "max_steps": self.settings.max_steps, "extra_steps": c.extra_steps}}
 
     def committed(self, version: int) -> None:
         if self.document_id is not None:
-            self.state.documents = [t for t in self.state.documents if t.document_id != self.document_id]
-            self.state.documents.append(Taught(self.document_id, self.key, version, self.namespace))
+            self.state.documents = [*(t for t in self.state.documents if t.document_id != self.document_id),
+                                    Taught(self.document_id, self.key, version, self.namespace)]
             self.lora.sources[self.document_id] = version
+            if self.state.load_delta is not None:  # read again from the version if it leaves memory
+                self.lora.register(self.document_id, version, partial(self.state.load_delta, version))
             for tensor in self.lora.documents[self.document_id].values():
                 tensor.requires_grad_(False)  # from now on stacked with the others, never trained again
         self._settle()
 
-    def _keys(self) -> list[tuple[str, dict[str, float]]]:
+    def _keys(self) -> KeyIndex:
         candidate = [(self.document_id, self.key)] if self.document_id else []
-        return self.state.keys(self.reach) + candidate
+        return self.state.keys(self.reach).plus(candidate)
 
     def unreachable(self, text: str, probes: list[tuple[str, str]]) -> list[str]:
         key = routing.key_for(text, probes, self.config.threshold)  # once: it reads the whole text
@@ -121,7 +132,7 @@ class RoutedMethod(UpdateMethod):
         return routing.route(prompt, self._keys(), self.config.threshold)
 
     def activate(self, route: Hashable | None) -> None:
-        self.lora.active = route
+        self.lora.activate(route)
 
     def affected(self, prompt: str) -> bool:
         """Only prompts whose route the candidate changed: those that name the new document (beside the others of
@@ -141,7 +152,6 @@ class RoutedMethod(UpdateMethod):
         target = removed["documents"][0]
         back = [t for t in (earlier.documents if earlier else []) if t.document_id in removed.get("retires", [])]
         self.state.documents = [t for t in self.state.documents if t.document_id != target] + back
-        self.lora.documents.pop(target, None)
-        self.lora.sources.pop(target, None)
+        self.lora.forget(target)
         ensure_loaded(self.lora, self.state)
         return False
