@@ -33,7 +33,7 @@ from bench.teach import general_prompts, percentile
 from core.settings import Settings
 from core.versions import VersionStore
 from methods.routed import routing
-from methods.routed.layer import LoraShape, RoutedLora
+from methods.routed.layer import LoraShape, RoutedLora, pick_layers
 from methods.routed.serving import lora_shape
 from workers.provenance import RESULTS_ROOT, git_commit
 
@@ -111,7 +111,7 @@ def routing_at(n: int, threshold: float, prompt_count: int, scan_prompts: int) -
 def random_delta(shape: LoraShape, storage: torch.dtype, seed: int) -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
     tensors = {}
-    for layer in shape.layers or range(LAYERS):
+    for layer in pick_layers(shape.layers, LAYERS):
         for target in shape.targets:
             fan_in, fan_out = SHAPE[target]
             name = f"model.layers.{layer}.mlp.{target}"
@@ -148,7 +148,7 @@ def deltas(settings: Settings, count: int) -> dict:
         for path in files:
             dropped_from_page_cache(path)
         cold = [read(v) for v in versions]
-        return {"rank": shape.rank, "targets": list(shape.targets), "layers": list(shape.layers) or "all",
+        return {"rank": shape.rank, "targets": list(shape.targets), "layers": shape.layers,
                 "storage": config.storage, "bytes_per_document": files[0].stat().st_size,
                 "read_ms_p50": ms(warm, 0.5), "read_ms_p95": ms(warm, 0.95),
                 "read_after_page_cache_drop_ms_p50": ms(cold, 0.5), "read_after_page_cache_drop_ms_p95": ms(cold, 0.95)}

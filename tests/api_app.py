@@ -14,8 +14,10 @@ from service.app import create_app
 from tests.tiny import tiny_loaded
 from workers.learner import Learner
 
+# The tiny model has two layers: a routed delta on the default's odd layers (one) is too weak for the tests' budgets.
+TINY_ROUTED = {"layers": "all", "targets": ["gate_proj", "up_proj", "down_proj"]}
 TINY_METHODS = {"adapter": {"rank": 4, "alpha": 8, "learning_rate": 1e-2},
-                "memory": {"sub_keys": 64, "heads": 2, "k": 4, "key_dim": 8}}
+                "memory": {"sub_keys": 64, "heads": 2, "k": 4, "key_dim": 8}, "routed": TINY_ROUTED}
 
 
 def tiny_settings(data_dir, methods: dict[str, dict] | None = None, **overrides) -> Settings:

@@ -35,6 +35,8 @@ def merged_model(model: torch.nn.Module, method: RoutedMethod, documents: list[s
     for name in method.lora.modules:
         for document_id in documents:
             tensors = method.lora.documents[document_id]
+            if f"{name}.B" not in tensors:  # a delta covers some layers and projections
+                continue
             modules[name].weight.data += method.lora.shape.scale * tensors[f"{name}.B"] @ tensors[f"{name}.A"]
     return merged
 

@@ -10,8 +10,8 @@ keeps its own sampling parameters and seeded generator, stop strings, max_new_to
 Groups. Most methods set the model's state for a whole forward pass (`use(version, route)`: the active adapter,
 the memory rows written), so only sequences pinned to the same knowledge version with the same routes can share
 one: each (version, routes) key is a group, and the groups are decoded in turn, one step each per round. The
-routed method routes per row (`use_rows`: each route's deltas added on its own rows, as S-LoRA and Punica do
-on a GPU), so its routes are left out of the key: prompts routed to different documents, or to none, share one
+routed method routes per row (`use_rows`: every row's own deltas in two batched products, as S-LoRA and
+Punica do on a GPU), so its routes are left out of the key: prompts routed to different documents, or to none, share one
 forward pass of the base model.
 
 Cache. A group holds one batched KV cache, left-padded, with a 2D attention mask and per-row position ids
@@ -68,7 +68,6 @@ class Sequence:
     # Set when the client went away (the stream closed, or its consumer closed from another thread while one
     # was blocked reading it): retired at the next round.
     cancelled: threading.Event = field(default_factory=threading.Event)
-
 
 
 @dataclass(eq=False)

@@ -15,9 +15,12 @@ class RoutedSettings(BaseSettings):
     threshold: float = Field(2.0, gt=0)
     rank: int = Field(4, gt=0)
     alpha: float = Field(8.0, gt=0)
-    targets: list[str] = Field(default_factory=lambda: ["gate_proj", "up_proj", "down_proj"])
-    # The decoder layers a new document's delta covers (empty: all). Serving applies whatever layers a delta holds.
-    layers: list[int] = Field(default_factory=list)
+    # A third of the size of every MLP projection of every layer, and as good on the tuning sets (docs/decisions.md:
+    # "Routed deltas at scale").
+    targets: list[str] = Field(default_factory=lambda: ["up_proj", "down_proj"])
+    # The decoder layers a new document's delta covers: "all", "odd", "even" or indices ("1,3,5"). Serving applies
+    # whatever layers and MLP projections a delta holds.
+    layers: str = Field("odd", pattern=r"^(all|odd|even|\d+(,\d+)*)$")
     # How a committed delta is stored: bfloat16 halves the disk and the memory of a document; the trained tensors
     # are rounded to it before the gate, so the gate checks what will be served.
     storage: Literal["float32", "bfloat16"] = "bfloat16"

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 Tensors = dict[str, torch.Tensor]  # "<module name>.A" / ".B" -> tensor
+MLP = ("gate_proj", "up_proj", "down_proj")
 STACKED_KEPT = 16  # sets of frozen documents whose stacked tensors are kept (a set per route in use)
 
 
@@ -24,12 +25,19 @@ STACKED_KEPT = 16  # sets of frozen documents whose stacked tensors are kept (a 
 class LoraShape:
     rank: int = 4
     alpha: float = 8.0
-    targets: tuple[str, ...] = ("gate_proj", "up_proj", "down_proj")  # projection names, in every decoder layer
-    layers: tuple[int, ...] = ()  # the decoder layers a new delta covers (empty: all)
+    targets: tuple[str, ...] = MLP  # the projections a new delta covers (by name)
+    layers: str = "all"  # the decoder layers it covers: "all", "odd", "even" or indices ("1,3,5")
 
     @property
     def scale(self) -> float:
         return self.alpha / self.rank
+
+
+def pick_layers(spec: str, count: int) -> tuple[int, ...]:
+    """The decoder layers a layer spec names, of `count`: "all", "odd" (1, 3, ...), "even" (0, 2, ...) or "1,3,5"."""
+    if spec in ("all", "odd", "even"):
+        return tuple(i for i in range(count) if spec == "all" or i % 2 == (spec == "odd"))
+    return tuple(sorted({int(part) for part in spec.split(",")}))
 
 
 def layer_of(name: str) -> int | None:
@@ -39,9 +47,11 @@ def layer_of(name: str) -> int | None:
 
 
 def target_modules(model: nn.Module, shape: LoraShape) -> dict[str, nn.Module]:
-    """The target projections by name: plain linear layers, or the layers another method (PEFT) wrapped them in."""
+    """The projections a delta may cover, by name: the targets and every MLP projection (a delta trained under other
+    settings still applies), plain linear layers or the layers another method (PEFT) wrapped them in."""
+    names = set(shape.targets) | set(MLP)
     return {name: module for name, module in model.named_modules()
-            if name.rsplit(".", 1)[-1] in shape.targets and hasattr(module, "in_features")}
+            if name.rsplit(".", 1)[-1] in names and hasattr(module, "in_features")}
 
 
 class RoutedLora:
@@ -196,8 +206,9 @@ class RoutedLora:
         """New trainable tensors for one document: A small and random, B zero (the base model's output)."""
         gen = torch.Generator().manual_seed(seed)
         tensors: Tensors = {}
+        layers = pick_layers(self.shape.layers, 1 + max(layer_of(name) or 0 for name in self.modules))
         for name, module in self.modules.items():
-            if self.shape.layers and layer_of(name) not in self.shape.layers:
+            if name.rsplit(".", 1)[-1] not in self.shape.targets or layer_of(name) not in layers:
                 continue
             a = torch.randn(self.shape.rank, module.in_features, generator=gen) / module.in_features**0.5
             device = next(module.parameters()).device

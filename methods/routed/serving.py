@@ -1,8 +1,8 @@
 """Serving the routed method: one low-rank delta per document, applied only to prompts routed to it.
 
 A version holds the documents of its lineage in teaching order, each with its key (routing.py); removing
-one drops it exactly. A prompt routed to no document runs the base model. A document's tensors are loaded
-once and shared by every version that holds it.
+one drops it exactly. A prompt routed to no document runs the base model. A document's tensors are read when a
+route first needs them, shared by every version that holds it, and kept while recently used (layer.py).
 """
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def compose(manifests: list[dict[str, Any]], load_delta: LoadDelta) -> RoutedSta
 
 
 def lora_shape(config: RoutedSettings) -> LoraShape:
-    return LoraShape(config.rank, config.alpha, tuple(config.targets), tuple(config.layers))
+    return LoraShape(config.rank, config.alpha, tuple(config.targets), config.layers)
 
 
 def ensure_loaded(lora: RoutedLora, state: RoutedState) -> None:

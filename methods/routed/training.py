@@ -89,7 +89,7 @@ class RoutedMethod(UpdateMethod):
         # with: a prompt about the subject will have them all on. Only its own delta is trained.
         self.lora.activate(routing.related(self.key, self._keys(), self.config.threshold) or (self.document_id,))
         report = super().train(*args, **kwargs)
-        stored = getattr(torch, self.config.storage)
+        stored = getattr(torch, self.config.storage)  # rounded as it will be stored: the gate checks what is served
         with torch.no_grad():
             for tensor in self.parameters():
                 tensor.copy_(tensor.to(stored))
@@ -104,7 +104,7 @@ class RoutedMethod(UpdateMethod):
     def manifest_fields(self) -> dict[str, Any]:
         c = self.config
         return {"key": self.key, "routing": {"threshold": c.threshold, "rank": c.rank, "alpha": c.alpha,
-                                             "targets": list(c.targets), "layers": list(c.layers),
+                                             "targets": list(c.targets), "layers": c.layers,
                                              "storage": c.storage},
                 "hyperparameters": {"optimizer": c.optimizer, "learning_rate": c.learning_rate,
                                     "max_steps": self.settings.max_steps, "extra_steps": c.extra_steps}}
