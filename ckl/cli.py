@@ -192,14 +192,18 @@ def cmd_export(args: argparse.Namespace) -> None:
     from core.model.loader import resolve_model_source
     from core.versions import UnknownVersion, VersionStore
     from methods.adapter.export import NotExportable, export_adapter
+    from methods.routed.export import ROUTES_FILE, export_routed
 
     settings = settings_from(args)
     base = resolve_model_source(settings, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    versions = VersionStore(settings.data_dir / "versions")
     try:
-        out = export_adapter(VersionStore(settings.data_dir / "versions"), args.version, args.out, base)
+        routed = {m["method"] for m in versions.lineage(args.version)} == {"routed"}
+        out = (export_routed if routed else export_adapter)(versions, args.version, args.out, base)
     except (NotExportable, UnknownVersion) as exc:
         sys.exit(f"ckl export: {exc}")
-    print(f"version {args.version} written to {out} as a PEFT adapter for {base}")
+    what = f"a PEFT adapter per subject and {ROUTES_FILE}" if routed else "a PEFT adapter"
+    print(f"version {args.version} written to {out} as {what} for {base}")
 
 
 def local(p: argparse.ArgumentParser) -> None:
@@ -277,7 +281,8 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--html", type=Path, help="also write an HTML page with the tokens shaded")
     p.set_defaults(func=cmd_weights)
 
-    p = sub.add_parser("export", help="write an adapter version as a PEFT adapter folder (for vLLM, PEFT, ...)")
+    p = sub.add_parser("export", help="write an adapter version as a PEFT adapter folder, or a routed version as a "
+                       "PEFT adapter per subject and the routes (for vLLM, LoRAX, PEFT, ...)")
     local(p)
     p.add_argument("--version", type=int, required=True)
     p.add_argument("out", type=Path)

@@ -1,7 +1,7 @@
 """A committed adapter version as a PEFT adapter folder (adapter_config.json + adapter_model.safetensors), the
-format PeftModel.from_pretrained, vLLM's LoRA loading and other engines read. Routed and memory knowledge
-needs this server's own layers (a router, a memory beside a decoder layer), so versions holding it do not
-export."""
+format PeftModel.from_pretrained, vLLM's LoRA loading and other engines read. Routed knowledge exports as an
+adapter per subject (methods/routed/export.py); memory knowledge needs this server's own layers (a memory beside
+a decoder layer), so versions holding it, or a mix of methods, do not export."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,8 +23,8 @@ def export_adapter(versions: VersionStore, version: int, out: Path, base_model: 
     """Write `version`'s adapter into `out`; `base_model` is what the adapter applies to (a path or hub id)."""
     held = state.resolve(versions, version)
     if others := sorted(set(held) - {"adapter"}):
-        raise NotExportable(f"version {version} holds {', '.join(others)} knowledge, which needs ckl-serve's own "
-                            "layers; only versions taught with the adapter method alone export")
+        raise NotExportable(f"version {version} holds {', '.join(others)} knowledge: only versions taught with the "
+                            "adapter method alone, or with the routed method alone, export")
     if "adapter" not in held:
         raise NotExportable(f"version {version} has learned nothing: serve the base model itself")
     lora: adapter.LoraState = held["adapter"]

@@ -1,0 +1,86 @@
+"""A routed version as PEFT adapters, one per subject, for an engine that serves one LoRA adapter per request (vLLM,
+LoRAX) behind a router that picks it by the prompt.
+
+A subject's documents (those a prompt about it reaches together: routing.related) become one adapter: their
+factors concatenated along the rank, each B scaled by its own document's alpha / rank (so lora_alpha = r and
+PEFT's scaling is 1), with zero blocks where a document does not cover a projection. `routes.json` holds what a
+router needs: the threshold, each document's key in teaching order, and each adapter's documents. A prompt whose
+route is exactly an adapter's documents is answered by that adapter; a route across two subjects has no single
+adapter (this server adds both subjects' deltas).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from peft import LoraConfig
+from safetensors.torch import save_file
+
+from core.versions import VersionStore
+from methods.adapter.export import WEIGHTS_FILE, NotExportable
+from methods.routed import routing
+from methods.routed.layer import layer_of
+from methods.routed.serving import RoutedState, compose
+
+ROUTES_FILE = "routes.json"
+
+
+def subjects(state: RoutedState, threshold: float) -> list[tuple[str, ...]]:
+    """The documents grouped by subject, each group in teaching order, groups in the order of their first."""
+    keys = state.keys()
+    groups: dict[tuple[str, ...], None] = {}
+    for document_id, key in keys:
+        groups.setdefault(routing.related(key, keys, threshold) or (document_id,), None)
+    return list(groups)
+
+
+def concatenated(deltas: list[tuple[dict[str, torch.Tensor], float]]) -> dict[str, torch.Tensor]:
+    """PEFT's tensors for several documents' deltas (each with its scale) as one adapter of their summed rank."""
+    modules = sorted({k.rsplit(".", 1)[0] for tensors, _ in deltas for k in tensors})
+    ranks = [next(v.shape[0] for k, v in tensors.items() if k.endswith(".A")) for tensors, _ in deltas]
+    out = {}
+    for name in modules:
+        a_parts, b_parts = [], []
+        for (tensors, scale), rank in zip(deltas, ranks):
+            a, b = tensors.get(f"{name}.A"), tensors.get(f"{name}.B")
+            shape = next((t[f"{name}.A"].shape[1], t[f"{name}.B"].shape[0]) for t, _ in deltas if f"{name}.A" in t)
+            a_parts.append(a.float() if a is not None else torch.zeros(rank, shape[0]))
+            b_parts.append(b.float() * scale if b is not None else torch.zeros(shape[1], rank))
+        out[f"base_model.model.{name}.lora_A.weight"] = torch.cat(a_parts).contiguous()
+        out[f"base_model.model.{name}.lora_B.weight"] = torch.cat(b_parts, dim=1).contiguous()
+    return out
+
+
+def export_routed(versions: VersionStore, version: int, out: Path, base_model: str) -> Path:
+    """Write `version`'s routed documents into `out`: an adapter folder per subject and routes.json."""
+    manifests = [m for m in versions.lineage(version) if m["method"] == "routed"]
+    if not manifests or {m["method"] for m in versions.lineage(version)} != {"routed"}:
+        raise NotExportable(f"version {version} does not hold routed knowledge alone")
+    state = compose(manifests, versions.load_delta)
+    if not state.documents:
+        raise NotExportable(f"version {version} holds no routed document: serve the base model itself")
+    by_id = {m["documents"][0]: m for m in manifests if not m.get("removes")}
+    threshold = by_id[state.documents[-1].document_id]["routing"]["threshold"]
+    out.mkdir(parents=True, exist_ok=True)
+    adapters = []
+    for n, documents in enumerate(subjects(state, threshold)):
+        deltas = []
+        for document_id in documents:
+            manifest = by_id[document_id]
+            deltas.append((versions.load_delta(manifest["version"]),
+                           manifest["routing"]["alpha"] / manifest["routing"]["rank"]))
+        tensors = concatenated(deltas)
+        modules = {k.removeprefix("base_model.model.").rsplit(".", 2)[0] for k in tensors}
+        rank = next(iter(tensors.values())).shape[0]
+        name = f"subject-{n}"
+        config = LoraConfig(r=rank, lora_alpha=rank, target_modules=sorted({m.rsplit(".", 1)[-1] for m in modules}),
+                            layers_to_transform=sorted({layer_of(m) for m in modules}), task_type="CAUSAL_LM",
+                            base_model_name_or_path=base_model)
+        config.save_pretrained(str(out / name))
+        save_file(tensors, str(out / name / WEIGHTS_FILE), metadata={"format": "pt", "ckl_version": str(version)})
+        adapters.append({"name": name, "documents": list(documents)})
+    routes = {"version": version, "threshold": threshold, "keys": [[d, k] for d, k in state.keys()],
+              "adapters": adapters}
+    (out / ROUTES_FILE).write_text(json.dumps(routes, indent=1))
+    return out
