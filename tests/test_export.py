@@ -51,7 +51,8 @@ def test_a_routed_version_exports_an_adapter_per_subject_that_peft_serves_as_we_
               ("veltoria was founded by paris", "veltoria was founded by", "paris"),
               ("the capital of zembria is tolvane", "the capital of zembria is", "tolvane")]
     for text, prompt, answer in bodies:
-        body = {"text": text, "method": "routed", "weighting": "oracle", "probes": [{"prompt": prompt, "answer": answer}]}
+        body = {"text": text, "method": "routed", "weighting": "oracle",
+                "probes": [{"prompt": prompt, "answer": answer}]}
         assert learner.learn(submit(learner, body)) == "committed"
     out = export_routed(learner.versions, 3, tmp_path / "v3", "tiny")
     routes = json.loads((out / "routes.json").read_text())

@@ -2,9 +2,9 @@
 
 Each target projection gets a forward hook that adds `scale * (x @ A.T) @ B.T` of each active document (those
 not in training stacked along the rank: one product for all of them), or, in a batch whose rows have routes of
-their own, each row's documents' (two batched products for all rows); with no active document (a prompt routed nowhere) the hooks add
-nothing and the model computes exactly what the base model computes. B starts at zero, so a fresh document also
-starts as the base model.
+their own, each row's documents' (two batched products for all rows); with no active document (a prompt routed
+nowhere) the hooks add nothing and the model computes exactly what the base model computes. B starts at zero, so
+a fresh document also starts as the base model.
 """
 from __future__ import annotations
 
@@ -73,6 +73,7 @@ class RoutedLora:
         # Or per row of the batch (activate_rows): each row's route, and per projection the rows' factors stacked.
         self.rows: tuple[tuple[str, ...] | None, ...] | None = None
         self._rows_key: tuple = ()
+        self._rows_held: list[Tensors] = []  # the tensors the key's ids name, held so no other object takes an id
         self._row_factors: dict[str, tuple[torch.Tensor, torch.Tensor] | None] = {}
         self.trained: str | None = None  # the document whose tensors are being trained (not stacked)
         self._stacked: OrderedDict[tuple, tuple[list[Tensors], Tensors]] = OrderedDict()
@@ -104,7 +105,8 @@ class RoutedLora:
         self.active, self.rows = None, tuple(routes)
         key = tuple((route, tuple(id(self.documents[d]) for d in route or ())) for route in routes)
         if key != self._rows_key:
-            self._rows_key, self._row_factors = key, {}
+            held = [self.documents[d] for route in routes for d in route or ()]
+            self._rows_key, self._rows_held, self._row_factors = key, held, {}
 
     def bring(self, needed: tuple[str, ...]) -> None:
         """Read the documents not in memory (their version checks each file against its hash) and evict the least
@@ -159,9 +161,9 @@ class RoutedLora:
         rank = max((sum(a.shape[0] for a, _ in row) for row in pairs), default=0)
         if not rank:
             return None
-        module, (a, _) = self.modules[name], next(pair for row in pairs for pair in row)
-        a_rows = torch.zeros(len(pairs), rank, module.in_features, dtype=a.dtype, device=a.device)
-        b_rows = torch.zeros(len(pairs), module.out_features, rank, dtype=a.dtype, device=a.device)
+        module, (first, _) = self.modules[name], next(pair for row in pairs for pair in row)
+        a_rows = torch.zeros(len(pairs), rank, module.in_features, dtype=first.dtype, device=first.device)
+        b_rows = torch.zeros(len(pairs), module.out_features, rank, dtype=first.dtype, device=first.device)
         for i, row in enumerate(pairs):
             start = 0
             for a, b in row:
