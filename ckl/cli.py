@@ -206,6 +206,16 @@ def cmd_export(args: argparse.Namespace) -> None:
     print(f"version {args.version} written to {out} as {what} for {base}")
 
 
+def cmd_router(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from service.lora_router import create_router, read_routes
+
+    app = create_router(read_routes(args.routes), args.engine, args.base_model)
+    print(f"routing to {args.engine} on http://{args.host}:{args.port}", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+
+
 def local(p: argparse.ArgumentParser) -> None:
     """The flags of a command that loads the model in this process."""
     p.add_argument("--data-dir", type=Path, help="data folder (default ./data or CKL_DATA_DIR)")
@@ -287,6 +297,15 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--version", type=int, required=True)
     p.add_argument("out", type=Path)
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("router", help="route OpenAI requests to an engine's LoRA adapters by a routed export's "
+                       "routes.json (the subject's adapter as the model)")
+    p.add_argument("--routes", type=Path, required=True, help="routes.json from `ckl export` of a routed version")
+    p.add_argument("--engine", required=True, help="the engine's URL (vLLM, LoRAX), serving the exported adapters")
+    p.add_argument("--base-model", required=True, help="the engine's name for the base model (no subject named)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8100)
+    p.set_defaults(func=cmd_router)
 
     p = sub.add_parser("bench", help="benchmarks that print numbers")
     p.add_argument("bench", choices=list(BENCHES))
