@@ -1,7 +1,7 @@
 """Prometheus metrics for GET /metrics: requests by route and status and their latency, generation's time to
-first token and tokens, the generations holding a slot, and, read from the data folder at each scrape (the worker
-may be another process), queue depth, documents by status, job and gate durations, the current knowledge version
-and its NF accuracy."""
+first token and tokens, the generations holding a slot, the routed deltas held in memory and how often a route
+found its delta there, and, read from the data folder at each scrape (the worker may be another process), queue
+depth, documents by status, job and gate durations, the current knowledge version and its NF accuracy."""
 from __future__ import annotations
 
 from collections import Counter as Tally
