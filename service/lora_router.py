@@ -9,6 +9,8 @@ server would add both subjects' deltas).
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +49,14 @@ def prompt_of(body: dict[str, Any]) -> str:
 
 
 def create_router(routes: dict[str, Any], engine_url: str, base_model: str) -> FastAPI:
-    app = FastAPI(title="ckl LoRA router")
     client = httpx.AsyncClient(base_url=engine_url, timeout=None)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await client.aclose()
+
+    app = FastAPI(title="ckl LoRA router", lifespan=lifespan)
 
     async def forward(path: str, request: Request) -> Response:
         try:

@@ -41,12 +41,13 @@ def concatenated(deltas: list[tuple[dict[str, torch.Tensor], float]]) -> dict[st
     ranks = [next(v.shape[0] for k, v in tensors.items() if k.endswith(".A")) for tensors, _ in deltas]
     out = {}
     for name in modules:
+        held = next(t for t, _ in deltas if f"{name}.A" in t)
+        fan_in, fan_out = held[f"{name}.A"].shape[1], held[f"{name}.B"].shape[0]
         a_parts, b_parts = [], []
         for (tensors, scale), rank in zip(deltas, ranks):
             a, b = tensors.get(f"{name}.A"), tensors.get(f"{name}.B")
-            shape = next((t[f"{name}.A"].shape[1], t[f"{name}.B"].shape[0]) for t, _ in deltas if f"{name}.A" in t)
-            a_parts.append(a.float() if a is not None else torch.zeros(rank, shape[0]))
-            b_parts.append(b.float() * scale if b is not None else torch.zeros(shape[1], rank))
+            a_parts.append(a.float() if a is not None else torch.zeros(rank, fan_in))
+            b_parts.append(b.float() * scale if b is not None else torch.zeros(fan_out, rank))
         out[f"base_model.model.{name}.lora_A.weight"] = torch.cat(a_parts).contiguous()
         out[f"base_model.model.{name}.lora_B.weight"] = torch.cat(b_parts, dim=1).contiguous()
     return out
