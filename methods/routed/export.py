@@ -55,8 +55,8 @@ def concatenated(deltas: list[tuple[dict[str, torch.Tensor], float]]) -> dict[st
 
 def export_routed(versions: VersionStore, version: int, out: Path, base_model: str) -> Path:
     """Write `version`'s routed documents into `out`: an adapter folder per subject and routes.json."""
-    manifests = [m for m in versions.lineage(version) if m["method"] == "routed"]
-    if not manifests or {m["method"] for m in versions.lineage(version)} != {"routed"}:
+    manifests = versions.lineage(version)
+    if {m["method"] for m in manifests} != {"routed"}:
         raise NotExportable(f"version {version} does not hold routed knowledge alone")
     state = compose(manifests, versions.load_delta)
     if not state.documents:
