@@ -11,8 +11,8 @@ Groups. Most methods set the model's state for a whole forward pass (`use(versio
 the memory rows written), so only sequences pinned to the same knowledge version with the same routes can share
 one: each (version, routes) key is a group, and the groups are decoded in turn, one step each per round. The
 routed method routes per row (`use_rows`: every row's own deltas in two batched products, as S-LoRA and
-Punica do on a GPU), so its routes are left out of the key: prompts routed to different documents, or to none, share one
-forward pass of the base model.
+Punica do on a GPU), so its routes are left out of the key: prompts routed to different documents, or to none,
+share one forward pass of the base model.
 
 Cache. A group holds one batched KV cache, left-padded, with a 2D attention mask and per-row position ids
 (core/model/batch_cache.py). A sequence joining a group is padded on the left to the group's length, or
