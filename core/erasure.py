@@ -37,7 +37,7 @@ def erase(documents: DocumentStore, versions: VersionStore, document_id: str, re
     documents.replace(document_id, lambda record: {**scrubbed_record(record), "removed_in_version": removed_in,
                                                    "erased": True})
     documents.forget_idempotency(document_id)
-    for record in documents.all():
+    for record in documents.mentioning(document_id):
         if any(e.get("document_id") == document_id for e in record.get("replaces") or []):
             documents.update(record["document_id"], replaces=without_replaced(record["replaces"], document_id))
     for version in versions.versions()[1:]:

@@ -40,7 +40,7 @@ def report(versions: VersionStore, suites: ProbeSuites, documents: DocumentStore
     rows = [version_row(versions.manifest(v)) for v in versions.versions()]
     now = next(r for r in rows if r["version"] == current)
     suite = suites.nf_suite()
-    rejected = [d for d in documents.all() if d["status"] == Status.REJECTED][-last:]
+    rejected = documents.with_status(Status.REJECTED, last)
     return {
         "current_version": current,
         "not_to_forget": {

@@ -44,9 +44,13 @@ class Caller:
     def may(self, scope: str) -> bool:
         return scope in self.scopes or "admin" in self.scopes
 
+    @property
+    def is_admin(self) -> bool:
+        return "admin" in self.scopes
+
     def owns(self, record: dict) -> bool:
         """Whether this caller may see or remove a document: an admin, or the key that taught it."""
-        return "admin" in self.scopes or record.get("owner") == self.name
+        return self.is_admin or record.get("owner") == self.name
 
     def namespaces(self) -> frozenset[str]:
         """Those whose documents this caller's prompts reach."""

@@ -35,6 +35,9 @@ class Settings(BaseSettings):
     # path or a Hugging Face hub id (the hub is only reached when such an id is configured).
     model: str = DEFAULT_MODEL
     data_dir: Path = Path("data")
+    # The database of document records and idempotency keys (a SQLAlchemy URL); default: SQLite in the data
+    # folder (ckl.db). Tested on SQLite only.
+    database_url: str | None = None
     # The converted default model lives here; defaults to <data_dir>/models.
     model_cache_dir: Path | None = None
     device: Literal["auto", "cpu", "cuda"] = "auto"

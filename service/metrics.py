@@ -4,7 +4,6 @@ found its delta there, and, read from the data folder at each scrape (the worker
 depth, documents by status, job and gate durations, the current knowledge version and its NF accuracy."""
 from __future__ import annotations
 
-from collections import Counter as Tally
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -32,17 +31,16 @@ class DataFolderCollector(Collector):
         self.runtime = runtime
 
     def collect(self) -> Iterator[Metric]:
-        records = self.runtime.documents.all()
+        counts = self.runtime.documents.counts()
         by_status = GaugeMetricFamily("ckl_documents", "Documents by status", labels=["status"])
-        for status, count in sorted(Tally(r["status"] for r in records).items()):
+        for status, count in sorted(counts.items()):
             by_status.add_metric([status], count)
         yield by_status
         yield GaugeMetricFamily("ckl_queue_depth", "Documents queued or in training",
-                                value=sum(r["status"] in PENDING for r in records))
-        for key, name in TIMINGS.items():
-            values = [r["timings"][key] for r in records if key in (r.get("timings") or {})]
-            yield SummaryMetricFamily(name, f"Seconds per finished job ({key})", count_value=len(values),
-                                      sum_value=sum(values))
+                                value=sum(counts.get(s.value, 0) for s in PENDING))
+        for key, (count, total) in self.runtime.documents.timings().items():
+            yield SummaryMetricFamily(TIMINGS[key], f"Seconds per finished job ({key})", count_value=count,
+                                      sum_value=total)
         swaps = list(self.runtime.swaps)
         yield SummaryMetricFamily("ckl_swap_pause_seconds", "Decoding paused by version swaps (the last 1000)",
                                   count_value=len(swaps), sum_value=sum(swaps))

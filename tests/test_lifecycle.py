@@ -5,6 +5,7 @@ import pytest
 
 from core.documents import DocumentStore
 from core.lifecycle import FINAL, MOVES, PENDING, IllegalTransition, Status, after_failed_attempt, transition
+from tests.database import rows
 
 LEGAL = [(current, new) for current, targets in MOVES.items() for new in sorted(targets)]
 ILLEGAL = [(current, new) for current in Status for new in Status if new not in MOVES[current]]
@@ -69,8 +70,8 @@ def test_a_record_moves_through_the_store_and_update_does_not_write_a_status(tmp
     assert record["status"] == "queued" and type(record["status"]) is str
     moved = store.move(doc, Status.TRAINING, attempts=1, error=None)
     assert moved["status"] == "training" and moved["attempts"] == 1 and type(moved["status"]) is str
-    on_disk = json.loads((tmp_path / "documents" / f"{doc}.json").read_text())
-    assert on_disk["status"] == "training" and on_disk["attempts"] == 1
+    [(status, stored)] = rows(tmp_path, "SELECT status, record FROM documents WHERE document_id = ?", doc)
+    assert status == "training" and json.loads(stored)["status"] == "training" and json.loads(stored)["attempts"] == 1
     store.move(doc, Status.EVALUATING)
     store.move(doc, Status.COMMITTED, version=3)
     assert store.get(doc)["status"] == "committed" and store.get(doc)["version"] == 3 and store.pending() == []

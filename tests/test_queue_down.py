@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from tests.api_app import tiny_client, tiny_settings
+from tests.database import rows
 from tests.test_learner import FACT, submit
 from tests.tiny import tiny_loaded
 from workers.learner import Learner
@@ -32,7 +33,7 @@ def test_documents_are_refused_with_503_while_the_queue_is_down(tmp_path):
         first = client.post("/documents", json=body)
         assert first.status_code == 503 and first.json()["error"]["code"] == "queue_unavailable"
         assert [r["document_id"] for r in client.get("/documents").json()["items"]] == [taught]
-        assert list((tmp_path / "idempotency").iterdir()) == []
+        assert rows(tmp_path, "SELECT count(*) FROM idempotency") == [(0,)]
         assert client.post("/documents", json=body).status_code == 503  # still down: still no 202
         removal = client.delete(f"/documents/{taught}")
         assert removal.status_code == 503 and removal.json()["error"]["code"] == "queue_unavailable"

@@ -10,7 +10,7 @@ from safetensors.torch import load_file, save_file
 from core.scoring import Probe, encode_probe
 from core.settings import Settings
 from core.training import Example, batches, most_at_risk
-from methods.routed import routing
+from methods.routed import routing, storage
 from methods.routed.layer import RoutedLora
 from methods.routed.serving import RoutedState, Taught, lora_shape
 from methods.routed.training import RoutedMethod
@@ -153,13 +153,13 @@ def test_a_long_document_trains_its_probes_in_every_step_and_stops_at_the_deadli
 
 def test_a_delta_read_again_after_leaving_memory_gives_bit_identical_logits(tiny, tmp_path):
     """At most `resident` documents stay in memory; one evicted is read again from its (real) file when a route
-    needs it, and the model computes exactly what it did. A bfloat16 file is read into the model's float32."""
+    needs it, and the model computes exactly what it did. A bfloat16 and an int8 file are read into the model's
+    float32."""
     written = RoutedMethod(tiny.model, tiny.tokenizer, Settings())
     with_random_deltas(written, ["a", "b", "c"])
     files = {d: tmp_path / f"{d}.safetensors" for d in "abc"}
-    for document_id, dtype in (("a", torch.float32), ("b", torch.bfloat16), ("c", torch.float32)):
-        save_file({k: v.to(dtype).contiguous() for k, v in written.lora.documents[document_id].items()},
-                  str(files[document_id]))
+    for document_id, kind in (("a", "float32"), ("b", "bfloat16"), ("c", "int8")):
+        save_file(storage.pack(written.lora.documents[document_id], kind), str(files[document_id]))
     lora = RoutedLora(tiny.model, lora_shape(Settings().method_config("routed")), resident=1)
     for version, document_id in enumerate("abc", start=1):
         lora.register(document_id, version, lambda d=document_id: load_file(str(files[d])))
@@ -198,3 +198,18 @@ def test_a_batch_with_a_route_per_row_gives_each_row_its_own_forward(tiny):
             torch.testing.assert_close(batched[row], alone, rtol=1e-4, atol=1e-5)
         method.activate(None)
         torch.testing.assert_close(batched[1], tiny.model(ids[1:2]).logits[0], rtol=1e-4, atol=1e-5)  # base model
+
+
+def test_int8_storage_keeps_each_rank_component_within_half_a_step_and_a_quarter_of_the_bytes():
+    torch.manual_seed(0)
+    factors = {"m.A": torch.randn(4, 640), "m.B": torch.randn(2048, 4) * torch.tensor([1e-3, 1e-2, 1e-1, 1.0])}
+    packed = storage.pack(factors, "int8")
+    assert {packed[k].dtype for k in factors} == {torch.int8}
+    read = storage.unpack(packed)
+    for name, value in factors.items():
+        axis = 1 if name.endswith(".A") else 0  # a row of A, a column of B: each component its own scale
+        step = value.abs().amax(dim=axis, keepdim=True) / 127
+        assert ((read[name] - value).abs() <= step / 2 + 1e-9).all()
+    written = sum(t.numel() * t.element_size() for t in packed.values())
+    assert written < sum(t.numel() * 4 for t in factors.values()) / 4 + 64
+    assert storage.unpack(storage.pack(factors, "bfloat16"))["m.A"].dtype == torch.bfloat16

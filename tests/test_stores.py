@@ -2,7 +2,9 @@
 import pytest
 import torch
 
-from core.documents import DocumentStore, IdempotencyConflict
+from core.documents import DocumentStore, IdempotencyConflict, body_hash, key_hash
+from core.fileio import write_json_atomic
+from core.lifecycle import Status
 from core.versions import ParentMoved, UnknownVersion, VersionStore
 from workers import gate, weighting
 
@@ -59,6 +61,40 @@ def test_idempotency_key(tmp_path):
     with pytest.raises(IdempotencyConflict):
         docs.create({"text": "b"}, "key-1")
     assert len(docs.all()) == 1
+
+
+def test_a_data_folder_of_json_records_moves_into_the_database_once(tmp_path):
+    """A data folder written before the database: its records (order kept) and idempotency keys are read in, the
+    files deleted, and the keys still answer."""
+    records = [{"document_id": f"doc{i}", "text": f"t{i}", "status": "committed", "owner": "k", "created_at": 10.0 - i,
+                "job_id": None, "timings": {"train_s": 2.0}} for i in range(3)]
+    for record in records:
+        write_json_atomic(tmp_path / "documents" / f"{record['document_id']}.json", record)
+    write_json_atomic(tmp_path / "idempotency" / f"{key_hash('key-1')}.json",
+                      {"document_id": "doc0", "body_sha256": body_hash({"text": "t0"})})
+    docs = DocumentStore(tmp_path)
+    assert [r["document_id"] for r in docs.all()] == ["doc2", "doc1", "doc0"]  # by created_at
+    assert not (tmp_path / "documents").exists() and not (tmp_path / "idempotency").exists()
+    assert docs.create({"text": "t0"}, "key-1") == (records[0], False)
+    assert [r["document_id"] for r in DocumentStore(tmp_path).all()] == ["doc2", "doc1", "doc0"]  # once
+
+
+def test_pages_counts_and_sums_come_from_the_database(tmp_path):
+    docs = DocumentStore(tmp_path)
+    made = [docs.create({"text": str(i), "owner": "a" if i % 3 else "b"}, None)[0]["document_id"] for i in range(10)]
+    docs.move(made[0], Status.TRAINING)
+    docs.move(made[0], Status.EVALUATING, timings={"train_s": 1.5})
+    docs.move(made[0], Status.REJECTED, timings={"train_s": 1.5, "gate_s": 0.25})
+    docs.move(made[1], Status.TRAINING)
+    other = DocumentStore(tmp_path)  # another process's view of the same database
+    assert other.counts() == {"queued": 8, "training": 1, "rejected": 1}
+    assert other.pending_count() == 9 and other.pending_count("b") == 3
+    assert other.timings() == {"train_s": (1, 1.5), "gate_s": (1, 0.25), "score_before_s": (0, 0.0)}
+    total, page = other.page("a", offset=2, limit=3)
+    mine = [d for i, d in enumerate(made) if i % 3]
+    assert total == len(mine) and [r["document_id"] for r in page] == mine[2:5]
+    assert [r["document_id"] for r in other.with_status(Status.QUEUED, last=2)] == made[-2:]
+    assert [r["document_id"] for r in other.page(None, 0, 100)[1]] == made
 
 
 def test_oracle_weights_cover_every_occurrence_of_the_answer():

@@ -52,7 +52,7 @@ def learn_document(document_id: str) -> str:
 def record_failed_attempt(settings: Settings, document_id: str, error: str) -> None:
     """An attempt that never reached the learner, counted as Learner.learn counts its own. A document already
     final (another job for it finished) keeps its status: a final status has no moves out."""
-    documents = DocumentStore(settings.data_dir)
+    documents = DocumentStore(settings.data_dir, settings.database_url)
     record = documents.get(document_id)
     if record["status"] in FINAL:
         return
@@ -62,7 +62,7 @@ def record_failed_attempt(settings: Settings, document_id: str, error: str) -> N
 
 def requeue_interrupted(settings: Settings, queue: RQQueue) -> list[str]:
     """Queue again every document a dead worker left unfinished (jobs are idempotent: a finished one is skipped)."""
-    documents = DocumentStore(settings.data_dir)
+    documents = DocumentStore(settings.data_dir, settings.database_url)
     versions = VersionStore(settings.data_dir / "versions")
     requeued = []
     for record in documents.resumable(settings.job_retries, lambda doc: versions.holding(doc, versions.current())):

@@ -56,7 +56,7 @@ class Learner:
         self.model, self.tokenizer, self.model_name = loaded.model, loaded.tokenizer, loaded.name
         self.methods: dict[str, UpdateMethod] = {}  # built on first use, all on the same model
         root = settings.data_dir
-        self.documents = DocumentStore(root)
+        self.documents = DocumentStore(root, settings.database_url)
         self.versions = VersionStore(root / "versions")
         self.suites = ProbeSuites(root / "probes")
         self.publish = publish or (lambda version: None)

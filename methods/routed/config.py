@@ -21,9 +21,10 @@ class RoutedSettings(BaseSettings):
     # The decoder layers a new document's delta covers: "all", "odd", "even" or indices ("1,3,5"). Serving applies
     # whatever layers and MLP projections a delta holds.
     layers: str = Field("odd", pattern=r"^(all|odd|even|\d+(,\d+)*)$")
-    # How a committed delta is stored: bfloat16 halves the disk and the memory of a document; the trained tensors
-    # are rounded to it before the gate, so the gate checks what will be served.
-    storage: Literal["float32", "bfloat16"] = "bfloat16"
+    # How a committed delta is stored (storage.py): int8 keeps a quarter of float32's bytes and taught as well as
+    # bfloat16 on the tuning sets (docs/decisions.md: "Deltas in int8"); the trained tensors are rounded to it
+    # before the gate, so the gate checks what will be served.
+    storage: Literal["float32", "bfloat16", "int8"] = "int8"
     # Documents whose tensors stay in memory, the least recently routed to read again from their version when
     # needed (0: all). A process's memory then follows use, not the number of documents taught.
     resident: int = Field(512, ge=0)

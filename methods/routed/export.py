@@ -22,6 +22,7 @@ from methods.adapter.export import WEIGHTS_FILE, NotExportable
 from methods.routed import routing
 from methods.routed.layer import layer_of
 from methods.routed.serving import RoutedState, compose
+from methods.routed.storage import unpack
 
 ROUTES_FILE = "routes.json"
 
@@ -69,7 +70,7 @@ def export_routed(versions: VersionStore, version: int, out: Path, base_model: s
         deltas = []
         for document_id in documents:
             manifest = by_id[document_id]
-            deltas.append((versions.load_delta(manifest["version"]),
+            deltas.append((unpack(versions.load_delta(manifest["version"])),
                            manifest["routing"]["alpha"] / manifest["routing"]["rank"]))
         tensors = concatenated(deltas)
         modules = {k.removeprefix("base_model.model.").rsplit(".", 2)[0] for k in tensors}

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from methods.routed.storage import unpack
+
 Tensors = dict[str, torch.Tensor]  # "<module name>.A" / ".B" -> tensor
 MLP = ("gate_proj", "up_proj", "down_proj")
 STACKED_KEPT = 16  # sets of frozen documents whose stacked tensors are kept (a set per route in use)
@@ -130,7 +132,7 @@ class RoutedLora:
         (bfloat16 -> float32 is exact, so a document read again computes exactly what it did)."""
         weight = next(next(iter(self.modules.values())).parameters())
         return {k: v.to(weight.device, torch.promote_types(v.dtype, weight.dtype))
-                for k, v in self._readers[document_id]().items()}
+                for k, v in unpack(self._readers[document_id]()).items()}
 
     def _hook(self, name: str):
         def add_deltas(_module: nn.Module, args: tuple, out: torch.Tensor) -> torch.Tensor:

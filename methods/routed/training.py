@@ -23,7 +23,7 @@ from core.namespaces import SHARED, reach
 from core.served import LoadDelta
 from core.settings import Settings
 from core.training import UpdateMethod
-from methods.routed import routing
+from methods.routed import routing, storage
 from methods.routed.layer import RoutedLora
 from methods.routed.routing import KeyIndex
 from methods.routed.serving import RoutedState, Taught, empty_delta, ensure_loaded, lora_shape
@@ -42,6 +42,7 @@ class RoutedMethod(UpdateMethod):
         self.extra_steps = self.config.extra_steps
         self.weight_floor = self.config.weight_floor
         self.document_id: str | None = None  # the document being trained
+        self.stored: dict[str, torch.Tensor] = {}  # its tensors as they will be written (after training)
         self.key: dict[str, float] = {}
         # The keys of the loaded version: a prompt whose route differs from its route then is one the candidate
         # may answer differently (it names the new document, or one taken out or put back).
@@ -89,17 +90,16 @@ class RoutedMethod(UpdateMethod):
         # with: a prompt about the subject will have them all on. Only its own delta is trained.
         self.lora.activate(routing.related(self.key, self._keys(), self.config.threshold) or (self.document_id,))
         report = super().train(*args, **kwargs)
-        stored = getattr(torch, self.config.storage)  # rounded as it will be stored: the gate checks what is served
+        # Stored now, and the delta set to what the stored tensors hold: the gate checks exactly what is served.
+        own = self.lora.documents[self.document_id]
+        self.stored = storage.pack(own, self.config.storage)
         with torch.no_grad():
-            for tensor in self.parameters():
-                tensor.copy_(tensor.to(stored))
+            for name, value in storage.unpack(self.stored).items():
+                own[name].copy_(value)
         return report
 
     def delta(self) -> dict[str, torch.Tensor]:
-        if self.document_id is None:
-            return empty_delta()
-        stored = getattr(torch, self.config.storage)
-        return {k: v.detach().cpu().to(stored, copy=True) for k, v in self.lora.documents[self.document_id].items()}
+        return empty_delta() if self.document_id is None else self.stored
 
     def manifest_fields(self) -> dict[str, Any]:
         c = self.config

@@ -44,17 +44,17 @@ def post_document(req: DocumentRequest, runtime: RuntimeDep,
     method = req.method or settings.method
     refuse_at_post(runtime, req, method, caller)
     serving = require_serving(runtime)  # refuse before storing anything while no queue exists yet
-    pending = runtime.documents.pending()
-    if len(pending) >= settings.max_queued_documents:
-        raise busy(f"{len(pending)} documents are waiting to be learned", retry_after_s=30)
-    if caller.name and sum(r.get("owner") == caller.name for r in pending) >= settings.max_queued_per_key:
+    pending = runtime.documents.pending_count()
+    if pending >= settings.max_queued_documents:
+        raise busy(f"{pending} documents are waiting to be learned", retry_after_s=30)
+    if caller.name and runtime.documents.pending_count(caller.name) >= settings.max_queued_per_key:
         raise busy(f"this key has {settings.max_queued_per_key} documents waiting", retry_after_s=30)
     body = {**req.model_dump(exclude={"idempotency_key"}), "weighting": weighting, "method": method,
             "owner": caller.name, "namespace": caller.namespace or SHARED}
     # Idempotency keys are each API key's own: one caller can neither reuse nor probe another's.
     key = json.dumps(["user", caller.name, req.idempotency_key]) if req.idempotency_key else None
     trainings = 2 if settings.retry_on_rejection else 1
-    cost = Cost(tokens=len(serving.tokenizer(req.text)["input_ids"]), documents_ahead=len(pending),
+    cost = Cost(tokens=len(serving.tokenizer(req.text)["input_ids"]), documents_ahead=pending,
                 train_s_at_most=trainings * settings.max_train_s)
     return accept(runtime, body, key, lambda exc: ApiError(409, "idempotency_conflict", str(exc)), cost)
 
@@ -92,9 +92,9 @@ def get_document(document_id: str, runtime: RuntimeDep, caller: TeachCaller) -> 
 @router.get("/documents")
 def list_documents(runtime: RuntimeDep, caller: TeachCaller, offset: int = Query(0, ge=0),
                    limit: int = Query(50, ge=1, le=500)) -> dict[str, Any]:
-    records = [r for r in runtime.documents.all() if caller.owns(r)]
+    total, records = runtime.documents.page(None if caller.is_admin else caller.name, offset, limit)
     brief = [{k: r[k] for k in ("document_id", "status", "version", "created_at", "method")} for r in records]
-    return {"total": len(records), "offset": offset, "limit": limit, "items": brief[offset : offset + limit]}
+    return {"total": total, "offset": offset, "limit": limit, "items": brief}
 
 
 def refuse_at_post(runtime: Runtime, req: DocumentRequest, method: str, caller: Caller) -> None:

@@ -1,0 +1,64 @@
+"""The database that holds document records and idempotency keys: SQLite in the data folder by default (no server
+to run), any SQLAlchemy URL otherwise (CKL_DATABASE_URL; the code keeps to what PostgreSQL also does, row locks
+included, but is tested on SQLite only).
+
+A record is its JSON in one column; the columns the service filters, sorts and sums by sit beside it, indexed.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import Column, Engine, Float, Index, Integer, MetaData, String, Table, Text, create_engine, event, text
+
+metadata = MetaData()
+
+documents = Table(
+    "documents", metadata,
+    Column("document_id", String(32), primary_key=True),
+    Column("seq", Integer, nullable=False),  # the order records were made in (created_at can tie)
+    Column("created_at", Float, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("owner", String(128)),
+    Column("job_id", String(64)),
+    # A finished job's seconds, summed by /metrics without reading the records.
+    Column("train_s", Float), Column("gate_s", Float), Column("score_before_s", Float),
+    Column("record", Text, nullable=False),
+    Index("documents_by_status", "status", "seq"),
+    Index("documents_by_owner", "owner", "seq"),
+    Index("documents_by_seq", "seq", unique=True),
+)
+
+idempotency = Table(
+    "idempotency", metadata,
+    Column("key_hash", String(64), primary_key=True),
+    Column("document_id", String(32), nullable=False, index=True),
+    Column("body_sha256", String(64), nullable=False),
+)
+
+
+def sqlite_url(data_dir: Path) -> str:
+    return f"sqlite:///{data_dir / 'ckl.db'}"
+
+
+def connect(url: str) -> Engine:
+    """An engine on `url` with the tables made. SQLite: write-ahead log (readers do not wait for the writer), every
+    commit synced (an accepted document survives a power cut), freed pages zeroed (an erased text leaves no bytes
+    behind), and writers wait for each other instead of failing."""
+    engine = create_engine(url, future=True)
+    if engine.dialect.name == "sqlite":
+        @event.listens_for(engine, "connect")
+        def _pragmas(connection, _record) -> None:
+            cursor = connection.cursor()
+            for pragma in ("journal_mode=WAL", "synchronous=FULL", "secure_delete=ON", "busy_timeout=30000"):
+                cursor.execute(f"PRAGMA {pragma}")
+            cursor.close()
+    metadata.create_all(engine)
+    return engine
+
+
+def truncate_log(engine: Engine) -> None:
+    """Fold SQLite's write-ahead log into the database and empty it: the old pages it holds (an erased record's
+    text) go with it."""
+    if engine.dialect.name == "sqlite":
+        with engine.connect() as connection:
+            connection.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
