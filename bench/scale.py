@@ -194,7 +194,7 @@ def main(argv: list[str]) -> None:
         print(json.dumps(row), flush=True)
     files = deltas(settings, args.delta_files)
     print(json.dumps(files), flush=True)
-    api = api_rows(args.documents, settings.models_dir(), args.api_requests) if args.api else []
+    api = api_rows(args.documents, settings.models_dir, args.api_requests) if args.api else []
     out = args.out or RESULTS_ROOT / f"scale-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     results = {"routing": rows, "deltas": files, "api": api, "resident": config.resident, "zipf_s": 1.0,

@@ -3,6 +3,7 @@ side composes from those versions' deltas (the adapter: the last adapter; the me
 a later write of a row winning)."""
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,9 +34,10 @@ def restored_by(versions: VersionStore, version: int) -> list[str]:
 
 def restoring(versions: VersionStore) -> set[int]:
     """Every version that `restored_by` names documents for, each manifest read once (not a lineage walk per
-    version: a list of all versions stays linear in their number)."""
+    version: a list of all versions stays linear in their number). Only removed documents are followed down the
+    versions, so a version that adds none shares its parent's (small) set."""
     removed = versions.removed()
-    held: dict[int, set[str]] = {0: set()}
+    held: dict[int, frozenset[str]] = {0: frozenset()}
     unreadable = set()
     for version in versions.versions()[1:]:  # a parent's number is below its child's
         try:
@@ -43,9 +45,12 @@ def restoring(versions: VersionStore) -> set[int]:
         except UnknownVersion:  # a manifest a crash emptied: never offered
             unreadable.add(version)
             continue
-        kept = held.get(manifest["parent"] or 0, set())
-        held[version] = kept - {manifest["removes"]} if manifest.get("removes") else kept | set(manifest["documents"])
-    return unreadable | {v for v, documents in held.items() if documents & removed}
+        kept = held.get(manifest["parent"] or 0, frozenset())
+        if manifest.get("removes"):
+            held[version] = kept - {manifest["removes"]}
+        else:
+            held[version] = kept | added if (added := removed.intersection(manifest["documents"])) else kept
+    return unreadable | {v for v, documents in held.items() if documents}
 
 
 def learned_manifests(versions: VersionStore, version: int) -> list[dict[str, Any]]:
@@ -71,9 +76,9 @@ def learned_facts(versions: VersionStore, version: int,
     leaves the suite only so. `namespaces`: only the facts of those (None: all)."""
     facts: list[LearnedFact] = []
     for manifest in learned_manifests(versions, version):
-        retired = {(r["prompt"], r["answer"]) for r in manifest.get("replaces", [])}
-        facts = [f for f in facts if (f.probe.prompt, f.probe.answer) not in retired
-                 or f.namespace != namespace_of(manifest)]
+        if retired := {(r["prompt"], r["answer"]) for r in manifest.get("replaces", [])}:  # rare: a pass over all
+            facts = [f for f in facts if (f.probe.prompt, f.probe.answer) not in retired
+                     or f.namespace != namespace_of(manifest)]
         facts += [LearnedFact(p, manifest["documents"][0], manifest["version"], namespace_of(manifest))
                   for p in from_json(manifest["probes"])]
     return [f for f in facts if within(f.namespace, namespaces)]
@@ -84,14 +89,22 @@ def committed_neighbours(versions: VersionStore, version: int,
     """The neighbour prompts the lineage recorded (core/neighbours.py), less those of removed documents and those a
     later document's probe asks (what it teaches there is no longer the continuation to keep); those of documents
     in `namespaces` (None: all)."""
-    kept: list[tuple[str, Probe]] = []  # each with its document's namespace
+    kept: dict[int, tuple[str, Probe]] = {}  # in the order recorded, each with its document's namespace
+    by_prompt: dict[str, list[int]] = {}  # a prompt (as same_prompt compares them) -> its entries in `kept`
+    numbers = itertools.count()
     for manifest in learned_manifests(versions, version):
-        namespace, asked = namespace_of(manifest), [p.prompt for p in from_json(manifest["probes"])]
+        namespace = namespace_of(manifest)
         # A document asks anew the neighbours of its own namespace; a shared one, everyone's.
-        kept = [(ns, n) for ns, n in kept
-                if namespace not in (SHARED, ns) or not any(same_prompt(n.prompt, a) for a in asked)]
-        kept += [(namespace, n) for n in from_json(manifest.get("neighbours", []))]
-    return [n for namespace, n in kept if within(namespace, namespaces)]
+        for asked in {prompt_key(p.prompt) for p in from_json(manifest["probes"])}:
+            for entry in by_prompt.get(asked, []):
+                if namespace in (SHARED, kept[entry][0]):
+                    del kept[entry]
+            by_prompt[asked] = [entry for entry in by_prompt.get(asked, []) if entry in kept]
+        for neighbour in from_json(manifest.get("neighbours", [])):
+            entry = next(numbers)
+            kept[entry] = (namespace, neighbour)
+            by_prompt.setdefault(prompt_key(neighbour.prompt), []).append(entry)
+    return [n for namespace, n in kept.values() if within(namespace, namespaces)]
 
 
 def superseded(replaced: list[LearnedFact], learned: list[LearnedFact]) -> list[str]:
@@ -100,9 +113,14 @@ def superseded(replaced: list[LearnedFact], learned: list[LearnedFact]) -> list[
     return sorted(d for d in gone if all(f in replaced for f in learned if f.document_id == d))
 
 
+def prompt_key(prompt: str) -> str:
+    """A prompt as `same_prompt` compares it: case and the time markers news adds aside."""
+    return without_time_markers(prompt).casefold()
+
+
 def same_prompt(a: str, b: str) -> bool:
     """Whether two prompts ask the same question: the same words, case and the time markers news adds aside."""
-    return without_time_markers(a).casefold() == without_time_markers(b).casefold()
+    return prompt_key(a) == prompt_key(b)
 
 
 def replaced_by(own: list[Probe], supersedes: list[str], learned: list[LearnedFact]) -> list[LearnedFact]:

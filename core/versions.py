@@ -9,6 +9,10 @@ A crash between the rename and the pointer move leaves a folder that was never s
 version the pointer ever named is listed in `served.json` (after the pointer moved), and before each pointer
 move and at every start (`reconcile`, under the lock) a folder neither listed nor current is flagged with an
 `ORPHAN` file: never listed, never activatable, its number never reused, kept for an operator to inspect.
+
+Each process keeps the folder list and the manifests it has read: every change to the store replaces a file in
+the root folder (a folder renamed into place, the pointer, the served list, `REWRITTEN` when erasure rewrote a
+manifest), so the root folder's modification time says when to read them again.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ from core.fileio import fsync_dir, fsync_file, read_json, write_bytes_atomic, wr
 MANIFEST_FILE = "manifest.json"
 MAX_VERSION = 2**31 - 1  # a number past it names no folder (and no file name too long to open)
 ORPHAN_FILE = "ORPHAN"
+REWRITTEN_FILE = "REWRITTEN"  # how many manifests were ever rewritten: a reader's copies are old when it changes
 
 
 class ParentMoved(Exception):
@@ -64,6 +69,20 @@ class VersionStore:
         self._served = root / "served.json"
         self.lock = FileLock(str(root / ".lock"))
         self._removes: dict[int, str | None] = {}  # version -> the document it removes (removed())
+        self._stamp: int | None = None  # the root folder's modification time when the caches below were checked
+        self._rewrites: int | None = None
+        self._listed: dict[bool, list[int]] = {}  # orphans included or not -> the committed folders
+        self._manifests: dict[int, dict[str, Any]] = {}
+
+    def _check(self) -> None:
+        """Drop the folder list when the store changed since it was read, and the manifests when one of them was
+        rewritten (by this process or another)."""
+        stamp = self.root.stat().st_mtime_ns  # read before the caches are refilled: a change after it is seen
+        if stamp == self._stamp:
+            return
+        self._stamp, self._listed = stamp, {}
+        if (rewrites := read_json(self.root / REWRITTEN_FILE, 0)) != self._rewrites:
+            self._rewrites, self._manifests = rewrites, {}
 
     def current(self) -> int:
         try:
@@ -89,12 +108,16 @@ class VersionStore:
             raise UnknownVersion(f"version {version} does not exist")
         if version == 0:
             return {"version": 0, "parent": None, "documents": [], "probes": [], "method": "base", "metrics": {}}
+        self._check()
+        if (known := self._manifests.get(version)) is not None:
+            return known  # shared: callers copy before they change one (erasure does)
         try:
             data = read_json(self.root / str(version) / MANIFEST_FILE)
         except ValueError as exc:  # emptied or cut by a crash
             raise UnknownVersion(f"version {version}'s manifest cannot be read: {exc}") from exc
         if data is None:
             raise UnknownVersion(f"version {version} does not exist")
+        self._manifests[version] = data
         return data
 
     def versions(self) -> list[int]:
@@ -105,8 +128,12 @@ class VersionStore:
 
     def _folders(self, orphans: bool = True) -> list[int]:
         """Committed version folders (a manifest inside), orphans included unless asked otherwise."""
-        return sorted(int(p.name) for p in self.root.iterdir() if p.name.isdigit() and (p / MANIFEST_FILE).exists()
-                      and (orphans or not (p / ORPHAN_FILE).exists()))
+        self._check()
+        if orphans not in self._listed:
+            self._listed[orphans] = sorted(
+                int(p.name) for p in self.root.iterdir() if p.name.isdigit() and (p / MANIFEST_FILE).exists()
+                and (orphans or not (p / ORPHAN_FILE).exists()))
+        return list(self._listed[orphans])
 
     def reconcile(self) -> list[int]:
         """Flag the folders a crash left between their rename and the pointer move; returns the new orphans.
@@ -125,6 +152,8 @@ class VersionStore:
                                   {"reason": "written but never made current (a crash before the pointer moved); "
                                              "its documents are learned again by a later version",
                                    "flagged_at": time.time()})
+            if found:  # the flags are inside the folders: a file replaced in the root tells every reader
+                write_json_atomic(self._served, sorted(served))
             return found
 
     def removed(self) -> set[str]:
@@ -144,6 +173,7 @@ class VersionStore:
             if not 0 < version <= MAX_VERSION or not (self.root / str(version) / MANIFEST_FILE).exists():
                 raise UnknownVersion(f"version {version} does not exist")
             write_json_atomic(self.root / str(version) / MANIFEST_FILE, manifest)
+            write_json_atomic(self.root / REWRITTEN_FILE, read_json(self.root / REWRITTEN_FILE, 0) + 1)
 
     def lineage(self, version: int) -> list[dict[str, Any]]:
         """Manifests from version 1 up to `version` along parent links (the knowledge it contains)."""

@@ -1,10 +1,15 @@
 """The version store, the document store, weighting and the gate: pure logic, no model."""
+import random
+
 import pytest
 import torch
 
 from core.documents import DocumentStore, IdempotencyConflict, body_hash, key_hash
 from core.fileio import write_json_atomic
 from core.lifecycle import Status
+from core.namespaces import SHARED, namespace_of, within
+from core.probes import from_json
+from core.state import committed_neighbours, same_prompt
 from core.versions import ParentMoved, UnknownVersion, VersionStore
 from workers import gate, weighting
 
@@ -136,3 +141,36 @@ def test_the_learned_check_holds_each_fact_to_its_own_last_passing_state():
                                 nf_tolerance=0.0, learned_tolerance=0.0, require_own_probes=True)
     assert still_failing.accepted  # a fact that already failed in the parent is not a new loss
     assert gate.kept_share([1, 0.5, 1], [1, 1, 0]) == (0.5, 2)
+
+
+def quadratic_neighbours(manifests, namespaces):
+    """The neighbours rule written as its definition (a pass over every kept neighbour per version)."""
+    kept = []
+    for manifest in manifests:
+        namespace, asked = namespace_of(manifest), [p["prompt"] for p in manifest["probes"]]
+        kept = [(ns, n) for ns, n in kept
+                if namespace not in (SHARED, ns) or not any(same_prompt(n.prompt, a) for a in asked)]
+        kept += [(namespace, n) for n in from_json(manifest.get("neighbours", []))]
+    return [n for ns, n in kept if within(ns, namespaces)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_neighbours_kept_along_a_lineage_are_those_of_the_rule_as_written(tmp_path, seed):
+    """committed_neighbours keeps an index instead of passing over all kept entries per version (linear in the
+    versions, not quadratic): random lineages of three namespaces and prompts that repeat (in
+    other case) give what the rule as written gives."""
+    rng = random.Random(seed)
+    prompts = ["The mayor of Brannoch is", "The chief executive of Siemens is", "The capital of Quilor is",
+               "Harvard University is located in"]
+    store = VersionStore(tmp_path)
+    for version in range(1, 40):
+        def probe() -> dict:
+            prompt = rng.choice(prompts)
+            return {"prompt": prompt.upper() if rng.random() < 0.2 else prompt, "answer": rng.choice("abc")}
+        manifest = {"documents": [f"d{version}"], "method": "routed", "namespace": rng.choice([SHARED, "a", "b"]),
+                    "probes": [probe() for _ in range(rng.randint(0, 2))],
+                    "neighbours": [probe() for _ in range(rng.randint(0, 3))]}
+        store.commit(version - 1, {"x": torch.zeros(1)}, manifest, "routed_lora.safetensors")
+    lineage = store.lineage(39)
+    for namespaces in (None, frozenset({SHARED, "a"}), frozenset({SHARED})):
+        assert committed_neighbours(store, 39, namespaces) == quadratic_neighbours(lineage, namespaces)

@@ -40,6 +40,7 @@ from service.openai.protocol import (
 PINNED = re.compile(r"^ckl-v(\d{1,10})$")  # longer numbers name no version (MAX_VERSION)
 COMPLETION_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions (chat defaults to the server's cap)
 MAX_STOPS = 8
+LISTED_VERSIONS = 100  # /v1/models lists the newest; a list of every version grows with every document
 # A model without a chat template gets this plain format (documented in the README).
 PLAIN_CHAT = {"system": "System: {}\n", "user": "User: {}\n", "assistant": "Assistant: {}\n"}
 
@@ -174,8 +175,10 @@ def chat_chunks(run: Run) -> Iterator[ChatCompletionStreamResponse]:
 
 
 def models(store: VersionStore) -> ModelList:
-    """`ckl` and every `ckl-vN` that can be asked: not the versions a removal took documents out of."""
+    """`ckl` and the newest LISTED_VERSIONS `ckl-vN` that can be asked (not the versions a removal took documents
+    out of); an older one still answers by its name, and GET /versions lists them all."""
     hidden = restoring(store)
-    made = {v: store.manifest(v).get("created_at") or 0 for v in store.versions() if v not in hidden}
-    names = [(MODEL, made[store.current()])] + [(fingerprint(v), at) for v, at in made.items()]
+    listed = [v for v in store.versions() if v not in hidden][-LISTED_VERSIONS:]
+    made = {v: store.manifest(v).get("created_at") or 0 for v in {*listed, store.current()}}
+    names = [(MODEL, made[store.current()])] + [(fingerprint(v), made[v]) for v in listed]
     return ModelList(data=[ModelCard(id=name, created=int(at)) for name, at in names])
