@@ -3,8 +3,10 @@ default model) on a data folder whose database holds n records (a tenth rejected
 ten keys' names), its queue a real Redis with no worker (so a posted document waits there and nothing trains
 while the API is timed).
 
-Per n: seconds from start to ready, the p50/p95 of GET /documents?limit=50 (first and last page), POST /documents,
-GET /metrics and GET /v1/models, and the server's RSS after them. Only documents grow; versions stay at 0.
+Per n: seconds from start to ready (every version's manifest read, the current version composed), the p50/p95 of
+GET /documents?limit=50 (first and last page), POST /documents, GET /metrics, GET /v1/models, GET /documents/{id}
+(a lineage walk) and GET /health/forgetting (every version), the server's RSS after them, and the seconds of one
+more commit from a fresh process (the first job of a worker) and of the one after it.
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import torch
+from safetensors.torch import save_file
 from sqlalchemy import insert
 
 from bench.server import find_redis_server, free_port, is_ready
@@ -27,28 +31,78 @@ from bench.teach import percentile
 from core.database import documents as table
 from core.database import idempotency
 from core.documents import DocumentStore, body_hash, columns, key_hash
+from core.versions import VersionStore, sha256_file
 
 OWNERS = [f"key-{i}" for i in range(10)]
 
 
 def fill(data: Path, n: int, batch: int = 5000) -> None:
-    """n records as the learner leaves them, written in batches straight into the store's tables."""
-    store = DocumentStore(data)
-    now = time.time() - n
+    """n documents as the learner leaves them: records written in batches straight into the store's tables, and a
+    committed version per committed document (a tenth are rejected), each a real folder with a manifest as the
+    learner writes it (the document's routing key and probe) and a delta file (hard links to one real int8 delta:
+    the bytes of one file, the reads of every)."""
+    from bench.scale import documents as made_documents
+    from bench.scale import random_delta
+    from core.settings import Settings
+    from methods.routed import routing
+    from methods.routed.serving import lora_shape
+
+    config = Settings().method_config("routed")
+    root = data / "versions"
+    root.mkdir(parents=True)
+    delta = root / "delta.safetensors"
+    save_file(random_delta(lora_shape(config), config.storage, 0), str(delta))
+    digest, size = sha256_file(delta), delta.stat().st_size
+    routing_fields = {"threshold": config.threshold, "rank": config.rank, "alpha": config.alpha,
+                      "targets": list(config.targets), "layers": config.layers, "storage": config.storage}
+    store, made, version, now = DocumentStore(data), made_documents(n), 0, time.time() - n
     with store.engine.begin() as connection:
         for start in range(0, n, batch):
             records, keys = [], []
             for i in range(start, min(n, start + batch)):
-                body = {"text": f"Subject {i} announced a change. Its chief executive is now Person {i}.",
-                        "probes": [], "method": "routed", "weighting": "train_attention", "owner": OWNERS[i % 10]}
-                status = "rejected" if i % 10 == 9 else "committed"
-                records.append({**body, "document_id": uuid.uuid4().hex[:16], "status": status, "attempts": 1,
-                                "created_at": now + i, "updated_at": now + i, "job_id": None, "version": None,
-                                "timings": {"train_s": 6.0, "gate_s": 0.15, "score_before_s": 0.1}})
-                keys.append({"key_hash": key_hash(f"k{i}"), "document_id": records[-1]["document_id"],
+                _, text, probes = made[i]
+                body = {"text": text, "probes": [{"prompt": p, "answer": a} for p, a in probes], "method": "routed",
+                        "weighting": "train_attention", "owner": OWNERS[i % 10]}
+                record = {**body, "document_id": uuid.uuid4().hex[:16], "status": "committed", "attempts": 1,
+                          "created_at": now + i, "updated_at": now + i, "job_id": None, "version": None,
+                          "progress": {"step": 10, "steps": 10}, "error": None, "scores": None,
+                          "gate": {"decision": "commit", "reason": None},
+                          "timings": {"train_s": 6.0, "gate_s": 0.15, "score_before_s": 0.1}}
+                if i % 10 == 9:
+                    record.update(status="rejected", gate={"decision": "reject", "reason": "learned: 0.90 < 0.95"})
+                else:
+                    version += 1
+                    record["version"] = version
+                    folder = root / str(version)
+                    folder.mkdir()
+                    os.link(delta, folder / "routed_lora.safetensors")
+                    (folder / "manifest.json").write_text(json.dumps({
+                        "documents": [record["document_id"]], "method": "routed", "probes": body["probes"],
+                        "key": routing.key_for(text, probes, config.threshold), "routing": routing_fields,
+                        "namespace": "", "metrics": {"nf_acc": 1.0, "learned_acc": 1.0, "own_acc": 1.0},
+                        "gate": {"decision": "commit", "reason": None}, "version": version, "parent": version - 1,
+                        "created_at": now + i, "delta_file": "routed_lora.safetensors", "delta_sha256": digest,
+                        "delta_bytes": size}))
+                records.append(record)
+                keys.append({"key_hash": key_hash(f"k{i}"), "document_id": record["document_id"],
                              "body_sha256": body_hash(body)})
             connection.execute(insert(table), [{"seq": start + j + 1, **columns(r)} for j, r in enumerate(records)])
             connection.execute(insert(idempotency), keys)
+    (root / "CURRENT").write_text(f"{version}\n")
+    (root / "served.json").write_text(json.dumps(list(range(1, version + 1))))
+
+
+def commit_s(data: Path) -> dict[str, float]:
+    """One more commit on the filled store, from this process: with nothing read yet (a worker's first job), and
+    again with the manifests it read kept (every later job)."""
+    store, seconds = VersionStore(data / "versions"), {}
+    for run in ("first", "next"):
+        parent = store.current()
+        clock = time.perf_counter()
+        store.commit(parent, {"x": torch.zeros(1)}, {"documents": [f"bench-{run}"], "method": "routed",
+                                                     "probes": [], "key": {}}, "routed_lora.safetensors")
+        seconds[f"commit_{run}_s"] = round(time.perf_counter() - clock, 3)
+    return seconds
 
 
 @contextmanager
@@ -97,7 +151,8 @@ def measure(n: int, models_dir: Path, requests: int) -> dict:
                 time.sleep(0.1)
             ready_s = time.perf_counter() - clock
             with httpx.Client(base_url=url, timeout=60) as client:
-                row = {"documents": n, "fill_s": round(fill_s, 1), "start_to_ready_s": round(ready_s, 1),
+                row = {"documents": n, "versions": VersionStore(data / "versions").current(),
+                       "fill_s": round(fill_s, 1), "start_to_ready_s": round(ready_s, 1),
                        "list_first_page": timed(lambda _: client.get("/documents?limit=50"), requests),
                        "list_last_page": timed(lambda _: client.get(f"/documents?limit=50&offset={n - 50}"), requests),
                        "post_document": timed(lambda i: client.post("/documents", json={
@@ -105,11 +160,14 @@ def measure(n: int, models_dir: Path, requests: int) -> dict:
                            "idempotency_key": f"bench-{i}"}), requests),
                        "metrics": timed(lambda _: client.get("/metrics"), requests),
                        "v1_models": timed(lambda _: client.get("/v1/models"), requests)}
+                first = client.get("/documents?limit=1").json()["items"][0]["document_id"]
+                row["get_document"] = timed(lambda _: client.get(f"/documents/{first}"), max(3, requests // 10))
+                row["health_forgetting"] = timed(lambda _: client.get("/health/forgetting"), 3)
             row["api_rss_mb"] = round(psutil.Process(server.pid).memory_info().rss / 2**20)
-            return row
         finally:
             server.terminate()
             server.wait(30)
+        return {**row, **commit_s(data)}
 
 
 def api_rows(counts: list[int], models_dir: Path, requests: int) -> list[dict]:

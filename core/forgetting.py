@@ -30,9 +30,11 @@ def version_row(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def replacements(versions: VersionStore, version: int) -> list[dict[str, Any]]:
-    """Every fact a later document replaced along the lineage: which, by which document, in which version."""
-    return [{**replaced, "replaced_by": manifest["documents"][0], "in_version": manifest["version"]}
-            for manifest in learned_manifests(versions, version) for replaced in manifest.get("replaces", [])]
+    """Every fact a later document replaced along the lineage: which, by which document, in which version
+    (computed again only after the store changed)."""
+    return versions.memo(("replacements", version), lambda: [
+        {**replaced, "replaced_by": manifest["documents"][0], "in_version": manifest["version"]}
+        for manifest in learned_manifests(versions, version) for replaced in manifest.get("replaces", [])])
 
 
 def report(versions: VersionStore, suites: ProbeSuites, documents: DocumentStore, last: int = 10) -> dict[str, Any]:

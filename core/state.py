@@ -33,9 +33,13 @@ def restored_by(versions: VersionStore, version: int) -> list[str]:
 
 
 def restoring(versions: VersionStore) -> set[int]:
-    """Every version that `restored_by` names documents for, each manifest read once (not a lineage walk per
-    version: a list of all versions stays linear in their number). Only removed documents are followed down the
-    versions, so a version that adds none shares its parent's (small) set."""
+    """Every version that `restored_by` names documents for (computed again only after the store changed)."""
+    return versions.memo("restoring", lambda: _restoring(versions))
+
+
+def _restoring(versions: VersionStore) -> set[int]:
+    """Each manifest read once (not a lineage walk per version: linear in the number of versions). Only removed
+    documents are followed down the versions, so a version that adds none shares its parent's (small) set."""
     removed = versions.removed()
     held: dict[int, frozenset[str]] = {0: frozenset()}
     unreadable = set()

@@ -19,8 +19,9 @@ from __future__ import annotations
 import hashlib
 import shutil
 import time
+from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from filelock import FileLock
@@ -29,6 +30,7 @@ from safetensors.torch import load_file, save_file
 from core import faults
 from core.fileio import fsync_dir, fsync_file, read_json, write_bytes_atomic, write_json_atomic
 
+T = TypeVar("T")
 MANIFEST_FILE = "manifest.json"
 MAX_VERSION = 2**31 - 1  # a number past it names no folder (and no file name too long to open)
 ORPHAN_FILE = "ORPHAN"
@@ -73,6 +75,14 @@ class VersionStore:
         self._rewrites: int | None = None
         self._listed: dict[bool, list[int]] = {}  # orphans included or not -> the committed folders
         self._manifests: dict[int, dict[str, Any]] = {}
+        self._memos: dict[Hashable, Any] = {}
+
+    def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """`compute()`, a function of this store's contents, computed again only after the store changed."""
+        self._check()
+        if key not in self._memos:
+            self._memos[key] = compute()
+        return self._memos[key]
 
     def _check(self) -> None:
         """Drop the folder list when the store changed since it was read, and the manifests when one of them was
@@ -80,7 +90,7 @@ class VersionStore:
         stamp = self.root.stat().st_mtime_ns  # read before the caches are refilled: a change after it is seen
         if stamp == self._stamp:
             return
-        self._stamp, self._listed = stamp, {}
+        self._stamp, self._listed, self._memos = stamp, {}, {}
         if (rewrites := read_json(self.root / REWRITTEN_FILE, 0)) != self._rewrites:
             self._rewrites, self._manifests = rewrites, {}
 
@@ -104,11 +114,15 @@ class VersionStore:
         return version == 0 or ((folder / MANIFEST_FILE).exists() and not (folder / ORPHAN_FILE).exists())
 
     def manifest(self, version: int) -> dict[str, Any]:
+        self._check()
+        return self._manifest(version)
+
+    def _manifest(self, version: int) -> dict[str, Any]:
+        """A manifest, from this process's copy if it has one (`_check` says whether those are current)."""
         if not 0 <= version <= MAX_VERSION:
             raise UnknownVersion(f"version {version} does not exist")
         if version == 0:
             return {"version": 0, "parent": None, "documents": [], "probes": [], "method": "base", "metrics": {}}
-        self._check()
         if (known := self._manifests.get(version)) is not None:
             return known  # shared: callers copy before they change one (erasure does)
         try:
@@ -177,9 +191,10 @@ class VersionStore:
 
     def lineage(self, version: int) -> list[dict[str, Any]]:
         """Manifests from version 1 up to `version` along parent links (the knowledge it contains)."""
+        self._check()
         chain = []
         while version:
-            manifest = self.manifest(version)
+            manifest = self._manifest(version)
             chain.append(manifest)
             version = manifest["parent"]
         return chain[::-1]
