@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,13 +35,14 @@ from core.documents import DocumentStore, body_hash, columns, key_hash
 from core.versions import VersionStore, sha256_file
 
 OWNERS = [f"key-{i}" for i in range(10)]
+LINKS_PER_FILE = 50_000  # ext4 allows 65,000 hard links to one file
 
 
 def fill(data: Path, n: int, batch: int = 5000) -> None:
     """n documents as the learner leaves them: records written in batches straight into the store's tables, and a
     committed version per committed document (a tenth are rejected), each a real folder with a manifest as the
-    learner writes it (the document's routing key and probe) and a delta file (hard links to one real int8 delta:
-    the bytes of one file, the reads of every)."""
+    learner writes it (the document's routing key and probe) and a delta file (hard links to a real int8 delta: the
+    bytes of a few files, the reads of every)."""
     from bench.scale import documents as made_documents
     from bench.scale import random_delta
     from core.settings import Settings
@@ -75,7 +77,10 @@ def fill(data: Path, n: int, batch: int = 5000) -> None:
                     record["version"] = version
                     folder = root / str(version)
                     folder.mkdir()
-                    os.link(delta, folder / "routed_lora.safetensors")
+                    source = root / f"delta-{version // LINKS_PER_FILE}.safetensors"  # a file's links are capped
+                    if not source.exists():
+                        shutil.copyfile(delta, source)
+                    os.link(source, folder / "routed_lora.safetensors")
                     (folder / "manifest.json").write_text(json.dumps({
                         "documents": [record["document_id"]], "method": "routed", "probes": body["probes"],
                         "key": routing.key_for(text, probes, config.threshold), "routing": routing_fields,

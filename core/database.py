@@ -1,6 +1,6 @@
 """The database that holds document records and idempotency keys: SQLite in the data folder by default (no server
-to run), any SQLAlchemy URL otherwise (CKL_DATABASE_URL; the code keeps to what PostgreSQL also does, row locks
-included, but is tested on SQLite only).
+to run), any SQLAlchemy URL otherwise (CKL_DATABASE_URL): PostgreSQL where several machines share one store
+(`postgresql+psycopg://...`, the `postgres` extra).
 
 A record is its JSON in one column; the columns the service filters, sorts and sums by sit beside it, indexed.
 """
@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import Column, Engine, Float, Index, Integer, MetaData, String, Table, Text, create_engine, event, text
+from sqlalchemy import Column, Connection, Engine, Float, Index, Integer, MetaData, String, Table, Text, create_engine, event, text
 
 metadata = MetaData()
+WRITERS_LOCK = 0x636B6C  # the advisory lock's number: any constant the deployment uses for nothing else
 
 documents = Table(
     "documents", metadata,
@@ -53,8 +54,17 @@ def connect(url: str) -> Engine:
             for pragma in ("journal_mode=WAL", "synchronous=FULL", "secure_delete=ON", "busy_timeout=30000"):
                 cursor.execute(f"PRAGMA {pragma}")
             cursor.close()
-    metadata.create_all(engine)
+    with engine.begin() as connection:  # one process at a time makes the tables
+        lock_writers(connection)
+        metadata.create_all(connection)
     return engine
+
+
+def lock_writers(connection: Connection) -> None:
+    """Serialize the store's write transactions across machines: PostgreSQL's transaction-scoped advisory lock
+    (SQLite allows one writer at a time anyway)."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": WRITERS_LOCK})
 
 
 def truncate_log(engine: Engine) -> None:

@@ -3,7 +3,7 @@ is queued.
 
 Its status changes only through `move`, along the lifecycle in core/lifecycle.py. A record in a pending
 status after a crash is picked up again by whichever worker starts next. Writes are serialized by a lock across
-this machine's processes, and by row locks where the database has them (PostgreSQL).
+this machine's processes, and by the database's lock where it has one (PostgreSQL).
 """
 from __future__ import annotations
 
@@ -66,7 +66,10 @@ class DocumentStore:
 
     @contextmanager
     def _writing(self) -> Iterator[Connection]:
+        """One writer at a time: this machine's processes by the file lock, other machines' by the database's own
+        lock where it has one (PostgreSQL), held to the end of the transaction."""
         with self._lock, self._file_lock, self.engine.begin() as connection:
+            database.lock_writers(connection)
             yield connection
 
     def _import_files(self) -> None:

@@ -36,7 +36,8 @@ class Settings(BaseSettings):
     model: str = DEFAULT_MODEL
     data_dir: Path = Path("data")
     # The database of document records and idempotency keys (a SQLAlchemy URL); default: SQLite in the data
-    # folder (ckl.db). Tested on SQLite only.
+    # folder (ckl.db); PostgreSQL (postgresql+psycopg://user:password@host/db, the `postgres` extra) where
+    # several machines share one store.
     database_url: str | None = None
     # The converted default model lives here; defaults to <data_dir>/models.
     model_cache_dir: Path | None = None

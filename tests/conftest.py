@@ -184,3 +184,31 @@ def redis_url(tmp_path_factory) -> Iterator[str]:
     yield f"redis://127.0.0.1:{port}/0"
     proc.terminate()
     proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """CKL_TEST_POSTGRES_URL: a live PostgreSQL (CI starts Debian's). Without one the PostgreSQL tests are skipped
+    here, and fail in CI."""
+    if url := os.environ.get("CKL_TEST_POSTGRES_URL"):
+        return url
+    if in_ci():
+        pytest.fail("CI runs the store's tests on PostgreSQL: set CKL_TEST_POSTGRES_URL")
+    pytest.skip("no PostgreSQL (CKL_TEST_POSTGRES_URL)")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request) -> str | None:
+    """A test that takes it runs on both databases of the document store: SQLite in the data folder (None), and
+    a live PostgreSQL, its tables dropped first."""
+    if request.param == "sqlite":
+        return None
+    from sqlalchemy import create_engine
+
+    from core.database import metadata
+
+    url = request.getfixturevalue("postgres_url")
+    engine = create_engine(url)
+    metadata.drop_all(engine)
+    engine.dispose()
+    return url

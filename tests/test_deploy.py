@@ -36,7 +36,10 @@ def known_settings() -> set[str]:
 
 def test_compose_services_heal_and_read_only_settings_that_exist():
     services = compose("docker-compose.yml")["services"]
-    assert set(services) == {"redis", "api", "worker"}
+    assert set(services) == {"redis", "api", "worker", "postgres"}
+    assert services["postgres"]["profiles"] == ["postgres"] and "healthcheck" in services["postgres"]  # opt-in
+    for name in ("api", "worker"):  # SQLite in the data volume unless a URL names the profile's PostgreSQL
+        assert services[name]["environment"]["CKL_DATABASE_URL"] == "${CKL_DATABASE_URL:-}"
     known = known_settings()
     for name, service in services.items():
         assert service["restart"] == "unless-stopped", name

@@ -31,9 +31,12 @@ def wait_for_workers(redis_url: str, queue: str, count: int, timeout: float = 12
         time.sleep(0.2)
 
 
-def test_two_apis_and_two_workers_share_one_redis_and_one_data_folder(tiny_model_dir, redis_url, tmp_path):
+def test_two_apis_and_two_workers_share_one_redis_and_one_data_folder(tiny_model_dir, redis_url, tmp_path,
+                                                                     database_url):
+    """Records in SQLite in the data folder, and in PostgreSQL (as machines that share a store would)."""
     data = tmp_path / "data"
-    env = tiny_env(tiny_model_dir, CKL_REDIS_URL=redis_url, CKL_QUEUE_NAME=f"scale-{time.monotonic_ns()}")
+    env = tiny_env(tiny_model_dir, CKL_REDIS_URL=redis_url, CKL_QUEUE_NAME=f"scale-{time.monotonic_ns()}",
+                   **({"CKL_DATABASE_URL": database_url} if database_url else {}))
     apis = [Server(data, env), Server(data, env)]
     workers = [Proc(["worker"], apis[0].env, tmp_path / f"worker-{i}.log") for i in (1, 2)]
     try:
@@ -55,6 +58,7 @@ def test_two_apis_and_two_workers_share_one_redis_and_one_data_folder(tiny_model
         for body in FACTS:
             first, second = (answer(api.url, body["probes"][0]["prompt"]) for api in apis)
             assert first["text"] == second["text"] and first["knowledge_version"] == newest
+        assert (data / "ckl.db").exists() == (database_url is None)  # the records are where the URL says
         ran = [sum(d in w.log.read_text() for d in ids) for w in workers]
         assert all(ran), f"each worker should have taken a job: {ran}"
     finally:

@@ -1,9 +1,12 @@
 """The version store, the document store, weighting and the gate: pure logic, no model."""
 import random
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
+from sqlalchemy import select
 
+from core.database import documents
 from core.documents import DocumentStore, IdempotencyConflict, body_hash, key_hash
 from core.fileio import write_json_atomic
 from core.lifecycle import Status
@@ -58,8 +61,8 @@ def test_lineage_follows_parents(tmp_path):
     assert [x["documents"] for x in store.lineage(3)] == [["d1"], ["d3"]]
 
 
-def test_idempotency_key(tmp_path):
-    docs = DocumentStore(tmp_path)
+def test_idempotency_key(tmp_path, database_url):
+    docs = DocumentStore(tmp_path, database_url)
     first, new = docs.create({"text": "a"}, "key-1")
     again, new_again = docs.create({"text": "a"}, "key-1")
     assert new and not new_again and again["document_id"] == first["document_id"]
@@ -68,7 +71,7 @@ def test_idempotency_key(tmp_path):
     assert len(docs.all()) == 1
 
 
-def test_a_data_folder_of_json_records_moves_into_the_database_once(tmp_path):
+def test_a_data_folder_of_json_records_moves_into_the_database_once(tmp_path, database_url):
     """A data folder written before the database: its records (order kept) and idempotency keys are read in, the
     files deleted, and the keys still answer."""
     records = [{"document_id": f"doc{i}", "text": f"t{i}", "status": "committed", "owner": "k", "created_at": 10.0 - i,
@@ -77,21 +80,21 @@ def test_a_data_folder_of_json_records_moves_into_the_database_once(tmp_path):
         write_json_atomic(tmp_path / "documents" / f"{record['document_id']}.json", record)
     write_json_atomic(tmp_path / "idempotency" / f"{key_hash('key-1')}.json",
                       {"document_id": "doc0", "body_sha256": body_hash({"text": "t0"})})
-    docs = DocumentStore(tmp_path)
+    docs = DocumentStore(tmp_path, database_url)
     assert [r["document_id"] for r in docs.all()] == ["doc2", "doc1", "doc0"]  # by created_at
     assert not (tmp_path / "documents").exists() and not (tmp_path / "idempotency").exists()
     assert docs.create({"text": "t0"}, "key-1") == (records[0], False)
-    assert [r["document_id"] for r in DocumentStore(tmp_path).all()] == ["doc2", "doc1", "doc0"]  # once
+    assert [r["document_id"] for r in DocumentStore(tmp_path, database_url).all()] == ["doc2", "doc1", "doc0"]
 
 
-def test_pages_counts_and_sums_come_from_the_database(tmp_path):
-    docs = DocumentStore(tmp_path)
+def test_pages_counts_and_sums_come_from_the_database(tmp_path, database_url):
+    docs = DocumentStore(tmp_path, database_url)
     made = [docs.create({"text": str(i), "owner": "a" if i % 3 else "b"}, None)[0]["document_id"] for i in range(10)]
     docs.move(made[0], Status.TRAINING)
     docs.move(made[0], Status.EVALUATING, timings={"train_s": 1.5})
     docs.move(made[0], Status.REJECTED, timings={"train_s": 1.5, "gate_s": 0.25})
     docs.move(made[1], Status.TRAINING)
-    other = DocumentStore(tmp_path)  # another process's view of the same database
+    other = DocumentStore(tmp_path, database_url)  # another process's view of the same database
     assert other.counts() == {"queued": 8, "training": 1, "rejected": 1}
     assert other.pending_count() == 9 and other.pending_count("b") == 3
     assert other.timings() == {"train_s": (1, 1.5), "gate_s": (1, 0.25), "score_before_s": (0, 0.0)}
@@ -100,6 +103,30 @@ def test_pages_counts_and_sums_come_from_the_database(tmp_path):
     assert total == len(mine) and [r["document_id"] for r in page] == mine[2:5]
     assert [r["document_id"] for r in other.with_status(Status.QUEUED, last=2)] == made[-2:]
     assert [r["document_id"] for r in other.page(None, 0, 100)[1]] == made
+
+
+def test_writers_in_several_threads_and_stores_lose_nothing_and_keep_one_order(tmp_path, database_url):
+    """Two stores (two processes' or machines' views) written from four threads at once: every document and every
+    move kept, each record in one place of the order, an idempotency key answered with its one document."""
+    stores = [DocumentStore(tmp_path, database_url), DocumentStore(tmp_path, database_url)]
+
+    def write(n: int) -> list[str]:
+        made = []
+        for i in range(25):
+            record, new = stores[n % 2].create({"text": f"{n}-{i % 5 if n == 0 else i}"},
+                                               f"key-{i % 5}" if n == 0 else None)
+            if new:
+                stores[(n + 1) % 2].move(record["document_id"], Status.TRAINING)
+            made.append(record["document_id"])
+        return made
+
+    with ThreadPoolExecutor(4) as pool:
+        made = [d for written in pool.map(write, range(4)) for d in written]
+    records = stores[0].all()
+    assert len(records) == len(set(made)) == 80  # thread 0 reused its five keys: 5 documents, not 25
+    assert stores[1].counts() == {"training": 80}
+    with stores[0].engine.connect() as connection:
+        assert sorted(connection.scalars(select(documents.c.seq))) == list(range(1, 81))
 
 
 def test_oracle_weights_cover_every_occurrence_of_the_answer():
