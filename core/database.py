@@ -8,7 +8,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import Column, Connection, Engine, Float, Index, Integer, MetaData, String, Table, Text, create_engine, event, text
+from sqlalchemy import (
+    Column,
+    Connection,
+    Engine,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    event,
+    text,
+)
 
 metadata = MetaData()
 WRITERS_LOCK = 0x636B6C  # the advisory lock's number: any constant the deployment uses for nothing else

@@ -17,6 +17,7 @@ manifest), so the root folder's modification time says when to read them again.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import time
 from collections.abc import Callable, Hashable
@@ -74,6 +75,8 @@ class VersionStore:
         self._stamp: int | None = None  # the root folder's modification time when the caches below were checked
         self._rewrites: int | None = None
         self._listed: dict[bool, list[int]] = {}  # orphans included or not -> the committed folders
+        self._committed: set[int] = set()  # every folder with a manifest seen so far, and those flagged orphans
+        self._flagged: set[int] = set()
         self._manifests: dict[int, dict[str, Any]] = {}
         self._memos: dict[Hashable, Any] = {}
 
@@ -143,11 +146,22 @@ class VersionStore:
     def _folders(self, orphans: bool = True) -> list[int]:
         """Committed version folders (a manifest inside), orphans included unless asked otherwise."""
         self._check()
-        if orphans not in self._listed:
-            self._listed[orphans] = sorted(
-                int(p.name) for p in self.root.iterdir() if p.name.isdigit() and (p / MANIFEST_FILE).exists()
-                and (orphans or not (p / ORPHAN_FILE).exists()))
+        if not self._listed:
+            self._list()
+            self._listed = {True: sorted(self._committed), False: sorted(self._committed - self._flagged)}
         return list(self._listed[orphans])
+
+    def _list(self) -> None:
+        """Add the folders committed since the last look. A folder never goes away, and only one never served can
+        be flagged an orphan later, so only new folders and those not in the served list are looked into."""
+        for entry in os.scandir(self.root):
+            if (entry.name.isdigit() and (version := int(entry.name)) not in self._committed
+                    and os.path.exists(os.path.join(entry.path, MANIFEST_FILE))):
+                self._committed.add(version)
+        served = set(read_json(self._served, None) or ())
+        for version in self._committed - self._flagged - served:
+            if (self.root / str(version) / ORPHAN_FILE).exists():
+                self._flagged.add(version)
 
     def reconcile(self) -> list[int]:
         """Flag the folders a crash left between their rename and the pointer move; returns the new orphans.
