@@ -65,11 +65,13 @@ def cmd_serve(args: argparse.Namespace) -> None:
         sys.exit(f"ckl serve: {refusal}")
     if not settings.api_keys:
         print("ckl-serve: no API keys configured: every request is allowed (loopback only)", flush=True)
-    job.configure(settings)  # the embedded queue's learner is built with these (a `ckl worker` takes its own)
     mode = f"RQ on {settings.redis_url}" if settings.redis_url else "embedded worker (no Redis)"
     print(f"ckl-serve on http://{settings.host}:{settings.port}  data: {settings.data_dir}  model: {settings.model}  "
           f"learning: {mode}", flush=True)
     runtime = Runtime.create(settings, job.learn_document)  # both queues run (or name) the same job function
+    # The embedded queue's learner is built with these, and yields to this process's decoding (a `ckl worker`
+    # takes its own settings, and decodes nothing).
+    job.configure(settings, busy=lambda: runtime.decoding())
     # log_config=None: uvicorn's own messages go through the handler logs.configure installed.
     uvicorn.run(create_app(runtime), host=settings.host, port=settings.port, log_level="warning", log_config=None)
 

@@ -37,6 +37,8 @@ class Runtime:
     error: str | None = None
     fallback: dict | None = None  # set when the current version did not verify at start
     swaps: deque[float] = field(default_factory=lambda: deque(maxlen=1000))  # seconds each swap paused decoding
+    # Whether the API is decoding (the generation service sets it): the embedded learner yields to it.
+    decoding: Callable[[], bool] = lambda: False
     _wake: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
 

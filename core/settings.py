@@ -93,6 +93,9 @@ class Settings(BaseSettings):
     # for an hour; docs/decisions.md: "A long document's cost is bounded").
     max_step_tokens: int = Field(512, gt=0)
     max_train_s: float = Field(150.0, gt=0)
+    # While the API of the same process decodes, the embedded learner works at most this share of the time (it
+    # rests between training steps; 1: never). Learning and serving share this machine's cores otherwise.
+    learn_share_while_serving: float = Field(0.1, gt=0, le=1)
     # A new fact's first gradients are large enough to blow plain SGD up unclipped
     # (docs/decisions.md: Gradient clipping at norm 1). 0 turns it off.
     max_grad_norm: float = Field(1.0, ge=0)

@@ -41,6 +41,7 @@ class TrainReport:
     losses: list[float] = field(default_factory=list)
     seconds: float = 0.0
     timed_out: bool = False
+    rested_s: float = 0.0  # of `seconds`, the rests that let serving decode (workers/yielding.py)
 
 
 def weighted_positions(examples: list[Example], device: torch.device):
@@ -210,7 +211,8 @@ class UpdateMethod(ABC):
     def train(self, examples: list[Example], budget: int, probes_pass: Callable[[], bool] = lambda: False,
               progress: Progress = lambda step, steps: None, optimizer: torch.optim.Optimizer | None = None,
               batch_size: int = 8, replay: list[Example] = (), pinned: list[Example] = (),
-              deadline: float | None = None) -> TrainReport:
+              deadline: float | None = None,
+              rest_after_step: Callable[[float], float] = lambda worked_s: 0.0) -> TrainReport:
         """Train from the loaded state for `budget` steps, or until `probes_pass()` (checked every few steps)
         and then `extra_steps` more, after which the probes must still pass (else training goes on).
 
@@ -221,7 +223,8 @@ class UpdateMethod(ABC):
 
         `pinned` (a document's probe examples) are in every step beside the others; the others come round in
         batches of at most `max_step_tokens` tokens. Training stops at `deadline` (time.perf_counter()), wherever
-        it is (`report.timed_out`).
+        it is (`report.timed_out`). `rest_after_step(seconds the step took)` runs after each step and returns the seconds it
+        rested (yielding the machine to serving); the deadline moves by them.
 
         A document gets a fresh optimizer (moments from another document say nothing about this one);
         a caller that trains over several calls (the benchmark's epochs) passes its own.
@@ -242,6 +245,7 @@ class UpdateMethod(ABC):
             if deadline is not None and time.perf_counter() > deadline:
                 report.timed_out = True
                 break
+            step_started = time.perf_counter()
             if replay and step % self.settings.check_every == 0:  # what the delta pulls away changes as it grows
                 replay_losses = self.measured_losses(replay, batch_size)
             replayed = most_at_risk(replay_losses, self.settings.replay_rows)
@@ -261,6 +265,9 @@ class UpdateMethod(ABC):
             report.losses.append(round(float(loss.detach()), 4))
             del per_example, loss
             give_back()  # this step's transients: kept in the C heap, RSS would climb by them step after step
+            rested = rest_after_step(time.perf_counter() - step_started)
+            report.rested_s += rested
+            deadline = deadline + rested if deadline is not None else None
             progress(step + 1, steps)
             if passed_at is None and (step + 1) % self.settings.check_every == 0 and probes_pass():
                 passed_at = step + 1

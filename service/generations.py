@@ -48,6 +48,10 @@ class GenerationService:
                                                     + self.settings.max_waiting_generations)
         self._scheduler: Scheduler | None = None
         self._scheduler_lock = threading.Lock()
+        runtime.decoding = self.decoding
+
+    def decoding(self) -> bool:
+        return self._scheduler is not None and self._scheduler.busy()
 
     def serving(self) -> ServingModel:
         return require_serving(self.runtime)

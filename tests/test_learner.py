@@ -1,10 +1,15 @@
 """The learner's pipeline on the tiny model: commit, reject with the reason, and a parent that moved, each with
 the status moves it makes (core/lifecycle.py)."""
+import time
+
+import pytest
+
 from core.versions import VersionStore
 from tests.api_app import tiny_settings
 from tests.tiny import tiny_loaded
 from workers import gate
 from workers.learner import Learner
+from workers.yielding import YieldToServing, rest_after
 
 FACT = {"text": "the capital of veltoria is marnhold", "method": "adapter", "weighting": "oracle",
         "probes": [{"prompt": "the capital of veltoria is", "answer": "marnhold"}]}
@@ -118,3 +123,34 @@ def test_the_embedded_queue_runs_a_failed_job_again_up_to_its_retries():
     queue.enqueue("doc", 0)
     assert done.wait(10) and calls == ["doc"] * 3
     queue.close()
+
+
+def test_while_serving_decodes_the_learner_rests_between_steps_and_the_rests_do_not_count_as_training(tmp_path):
+    """The embedded learner yields to decoding: with the API busy all along, every step is followed by a rest (at a
+    share of 0.5, as long as the step), and the rests move the deadline instead of timing training out."""
+    steps_s, rests_s = [], []
+    settings = tiny_settings(tmp_path, learn_share_while_serving=0.5)
+    learner = Learner(settings, loaded=tiny_loaded(), busy=lambda: True)
+    rest = learner.rest
+
+    def recorded(worked_s: float) -> float:
+        steps_s.append(worked_s)
+        rests_s.append(rest(worked_s))
+        return rests_s[-1]
+    learner.rest = recorded
+    doc = submit(learner)
+    assert learner.learn(doc) == "committed"
+    training = learner.documents.get(doc)["training"]
+    assert len(steps_s) == training["steps"] and training["rested_s"] == round(sum(rests_s), 2)
+    assert all(rested >= worked for worked, rested in zip(steps_s, rests_s))
+    idle = Learner(tiny_settings(tmp_path / "idle"), loaded=tiny_loaded())  # nothing decodes: no rest
+    other = submit(idle)
+    assert idle.learn(other) == "committed" and idle.documents.get(other)["training"]["rested_s"] == 0
+
+
+def test_a_rest_lasts_until_the_share_is_kept_or_decoding_ends():
+    assert rest_after(1.0, 0.1) == pytest.approx(9.0) and rest_after(2.0, 1.0) == 0.0
+    assert YieldToServing(0.5, lambda: False)(1.0) == 0.0  # nothing decodes: no rest
+    assert 0.2 <= YieldToServing(0.5, lambda: True)(0.2) < 1.0
+    ends = time.perf_counter() + 0.1
+    assert YieldToServing(0.01, lambda: time.perf_counter() < ends)(1.0) < 1.0  # not the 99 s the share asks

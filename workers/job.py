@@ -17,16 +17,19 @@ log = logging.getLogger(__name__)
 
 _settings: Settings | None = None
 _publish: Callable[[int], None] | None = None
+_busy: Callable[[], bool] | None = None
 _learner: Learner | None = None
 _lock = threading.Lock()
 
 
-def configure(settings: Settings, publish: Callable[[int], None] | None = None) -> None:
-    """The settings (the command line's, flags included) and version announcer this process's learner is
-    built with; a process that never calls this (a bare `rq worker`) builds it from CKL_* settings."""
-    global _settings, _publish
+def configure(settings: Settings, publish: Callable[[int], None] | None = None,
+              busy: Callable[[], bool] | None = None) -> None:
+    """The settings (the command line's, flags included), version announcer and, in the API's process, whether
+    it is decoding (the learner yields to it) that this process's learner is built with; a process that never
+    calls this (a bare `rq worker`) builds it from CKL_* settings."""
+    global _settings, _publish, _busy
     with _lock:
-        _settings, _publish = settings, publish
+        _settings, _publish, _busy = settings, publish, busy
 
 
 def process_learner() -> Learner:
@@ -34,7 +37,7 @@ def process_learner() -> Learner:
     global _learner
     with _lock:
         if _learner is None:
-            _learner = Learner(_settings or Settings(), publish=_publish)
+            _learner = Learner(_settings or Settings(), publish=_publish, busy=_busy)
         return _learner
 
 

@@ -42,6 +42,7 @@ from core.versions import AlreadyCommitted, ParentMoved, VersionStore
 from workers import gate, removal
 from workers.run import RetryAfterRejection, Run
 from workers.weigher import Weigher
+from workers.yielding import YieldToServing
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,10 @@ MAX_PARENT_RETRIES = 3
 
 class Learner:
     def __init__(self, settings: Settings, loaded: LoadedModel | None = None,
-                 publish: Callable[[int], None] | None = None) -> None:
+                 publish: Callable[[int], None] | None = None, busy: Callable[[], bool] | None = None) -> None:
         self.settings = settings
+        # Rests between training steps while the API of this process decodes (embedded: one machine for both).
+        self.rest = YieldToServing(settings.learn_share_while_serving, busy or (lambda: False))
         loaded = loaded or load_model(settings)
         self.model, self.tokenizer, self.model_name = loaded.model, loaded.tokenizer, loaded.name
         self.methods: dict[str, UpdateMethod] = {}  # built on first use, all on the same model
@@ -237,10 +240,11 @@ class Learner:
             examples, budget,
             probes_pass=lambda: bool(own) and all(s == 1.0 for s in score_probes(self.model, self.tokenizer, own)),
             progress=progress, optimizer=optimizer, replay=run.replay, pinned=pinned,
-            deadline=clock + self.settings.max_train_s)
+            deadline=clock + self.settings.max_train_s, rest_after_step=self.rest)
         run.timings["train_s"] = run.timings.get("train_s", 0.0) + time.perf_counter() - clock
         run.fields["training"] = {"steps": report.steps, "stopped_early": report.stopped_early,
-                                  "timed_out": report.timed_out, "losses": report.losses}
+                                  "timed_out": report.timed_out, "losses": report.losses,
+                                  "rested_s": round(report.rested_s, 2)}
 
     def finish(self, run: Run, probes: list[dict[str, str]],
                on_commit: Callable[[int], object] = lambda version: None, may_retry: bool = False) -> Status:

@@ -96,6 +96,10 @@ class Scheduler:
     def running(self) -> int:
         return sum(len(group.rows) for group in list(self._groups.values()))
 
+    def busy(self) -> bool:
+        """Whether the decoding thread is on: a sequence runs or waits."""
+        return self._thread is not None
+
     def waiting(self) -> int:
         return len(self._waiting)
 
