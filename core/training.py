@@ -223,7 +223,7 @@ class UpdateMethod(ABC):
 
         `pinned` (a document's probe examples) are in every step beside the others; the others come round in
         batches of at most `max_step_tokens` tokens. Training stops at `deadline` (time.perf_counter()), wherever
-        it is (`report.timed_out`). `rest_after_step(seconds the step took)` runs after each step and returns the seconds it
+        it is (`report.timed_out`). `rest_after_step(seconds the step took)` runs between steps and returns the seconds it
         rested (yielding the machine to serving); the deadline moves by them.
 
         A document gets a fresh optimizer (moments from another document say nothing about this one);
@@ -241,11 +241,16 @@ class UpdateMethod(ABC):
         rest = [e for e in examples if e not in pinned]
         room = max(1, self.settings.max_step_tokens - sum(len(e.input_ids) for e in pinned))
         rounds = batches(rest, max(1, batch_size - len(pinned)), steps, room) if rest else [[] for _ in range(steps)]
+        step_started = time.perf_counter()
         for step, own in enumerate([list(pinned) + batch for batch in rounds]):
+            if step:  # after the last step's work, its probe check included: a rest, outside the deadline
+                rested = rest_after_step(time.perf_counter() - step_started)
+                report.rested_s += rested
+                deadline = deadline + rested if deadline is not None else None
+                step_started = time.perf_counter()
             if deadline is not None and time.perf_counter() > deadline:
                 report.timed_out = True
                 break
-            step_started = time.perf_counter()
             if replay and step % self.settings.check_every == 0:  # what the delta pulls away changes as it grows
                 replay_losses = self.measured_losses(replay, batch_size)
             replayed = most_at_risk(replay_losses, self.settings.replay_rows)
@@ -265,9 +270,6 @@ class UpdateMethod(ABC):
             report.losses.append(round(float(loss.detach()), 4))
             del per_example, loss
             give_back()  # this step's transients: kept in the C heap, RSS would climb by them step after step
-            rested = rest_after_step(time.perf_counter() - step_started)
-            report.rested_s += rested
-            deadline = deadline + rested if deadline is not None else None
             progress(step + 1, steps)
             if passed_at is None and (step + 1) % self.settings.check_every == 0 and probes_pass():
                 passed_at = step + 1

@@ -126,8 +126,8 @@ def test_the_embedded_queue_runs_a_failed_job_again_up_to_its_retries():
 
 
 def test_while_serving_decodes_the_learner_rests_between_steps_and_the_rests_do_not_count_as_training(tmp_path):
-    """The embedded learner yields to decoding: with the API busy all along, every step is followed by a rest (at a
-    share of 0.5, as long as the step), and the rests move the deadline instead of timing training out."""
+    """The embedded learner yields to decoding: with the API busy all along, every step and every phase of the job
+    is followed by a rest (at a share of 0.5, as long as the work before it), recorded on the document."""
     steps_s, rests_s = [], []
     settings = tiny_settings(tmp_path, learn_share_while_serving=0.5)
     learner = Learner(settings, loaded=tiny_loaded(), busy=lambda: True)
@@ -141,11 +141,14 @@ def test_while_serving_decodes_the_learner_rests_between_steps_and_the_rests_do_
     doc = submit(learner)
     assert learner.learn(doc) == "committed"
     training = learner.documents.get(doc)["training"]
-    assert len(steps_s) == training["steps"] and training["rested_s"] == round(sum(rests_s), 2)
+    timings = learner.documents.get(doc)["timings"]
+    assert len(steps_s) == training["steps"] - 1 + 3  # between steps, and after scoring, weighing and the gate
+    assert training["rested_s"] + timings["rested_s"] == pytest.approx(sum(rests_s), abs=0.01)
     assert all(rested >= worked for worked, rested in zip(steps_s, rests_s))
     idle = Learner(tiny_settings(tmp_path / "idle"), loaded=tiny_loaded())  # nothing decodes: no rest
     other = submit(idle)
     assert idle.learn(other) == "committed" and idle.documents.get(other)["training"]["rested_s"] == 0
+    assert idle.documents.get(other)["timings"]["rested_s"] == 0
 
 
 def test_a_rest_lasts_until_the_share_is_kept_or_decoding_ends():

@@ -149,11 +149,11 @@ def test_a_long_document_trains_its_probes_in_every_step_and_stops_at_the_deadli
     assert report.steps == 4 and all(sizes[0] == len(ids) and sum(sizes[1:]) <= 64 for sizes in seen[:4])
     report = method.train([*windows, probe], budget=50, pinned=[probe], deadline=time.perf_counter())
     assert report.timed_out and report.steps == 0
-    # Rests after the steps (yielding to serving) move the deadline: 4 rests of 0.1 s, a deadline 0.15 s away.
+    # Rests between the steps (yielding to serving) move the deadline: 3 rests of 0.1 s, a deadline 0.15 s away.
     resting = lambda worked_s: (time.sleep(0.1), 0.1)[1]  # noqa: E731
     report = method.train([*windows, probe], budget=4, pinned=[probe], deadline=time.perf_counter() + 0.15,
                           rest_after_step=resting)
-    assert report.steps == 4 and not report.timed_out and abs(report.rested_s - 0.4) < 1e-9
+    assert report.steps == 4 and not report.timed_out and abs(report.rested_s - 0.3) < 1e-9
 
 
 def test_a_delta_read_again_after_leaving_memory_gives_bit_identical_logits(tiny, tmp_path):

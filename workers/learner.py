@@ -136,6 +136,7 @@ class Learner:
     def _attempt(self, parent: int, record: dict[str, Any], own: list[Probe],
                  retry: RetryAfterRejection | None = None) -> Status:
         run = self.prepare(parent, record, record["method"], own=own)
+        self.rest_after(run, "score_before_s")
         pairs = [(p.prompt, p.answer) for p in own]
         run.method.begin(run.doc_id, record["text"], pairs)
         if reason := run.method.refusal():
@@ -147,14 +148,21 @@ class Learner:
                                     f"method {run.method.name!r} (e.g. {unreachable[0]!r}): a routed document "
                                     "answers only prompts that name its subject or its rare words")
         self.add_neighbours(run, own)
+        self.rest_after(run, "neighbours_s")
         clock = time.perf_counter()
         examples = self.weigh(run)
         run.timings["weigh_s"] = time.perf_counter() - clock
+        self.rest_after(run, "weigh_s")
         self.train(run, examples, own, plan=retry.plan if retry else None)
         if retry:
             run.fields["retried"] = {"first_gate": retry.first_gate, "first_training": retry.first_training,
                                      "plan": retry.plan.why}
         return self.finish(run, probes=to_json(own), may_retry=retry is None)
+
+    def rest_after(self, run: Run, phase: str) -> None:
+        """A rest after a phase of the job (yielding to serving, as between training steps), on the record."""
+        if phase in run.timings:
+            run.timings["rested_s"] = run.timings.get("rested_s", 0.0) + self.rest(run.timings[phase])
 
     def _own_probes(self, record: dict[str, Any]) -> list[Probe]:
         """The document's probes; for one sent without any, those made from its text, kept on the record."""
@@ -259,6 +267,7 @@ class Learner:
                                neighbour_tolerance=self.settings.neighbour_tolerance,
                                require_own_probes=self.settings.require_own_probes)
         run.timings["gate_s"] = time.perf_counter() - clock
+        self.rest_after(run, "gate_s")
         scores = {"before": run.before.summary(), "after": after.summary(),
                   "own_before": run.before.own, "own_after": after.own}
         outcome = {"gate": decision.to_json(), "scores": scores, **run.fields}
