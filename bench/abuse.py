@@ -1,7 +1,8 @@
 """`ckl bench abuse`: do well-behaved clients keep their speed while others misbehave? A live `ckl serve` (keys
 on, the default model, embedded worker) answers 16 streaming clients alone, then again while, at the same time,
 50 clients open streams and vanish, 20 send oversized or smuggled bodies before any key is checked, and (a third
-phase) one teach key floods documents; each misbehaving kind has a key of its own. Printed: the good clients'
+phase, twice: the first loads the embedded learner's model) one teach key floods documents; each misbehaving kind
+has a key of its own. Printed: the good clients'
 tokens/s in each phase and its share of the first, the slots still held once the load is gone
 (`ckl_generations_admitted`), and the server's RSS."""
 from __future__ import annotations
@@ -153,7 +154,9 @@ def main(argv: list[str]) -> None:
         results = {}
         # Alone twice, before and after the abuse: how much two runs of the same load differ here.
         phases = (("alone", 0, 0, False), ("abused", args.vanishing, args.bad_bodies, False),
-                  ("alone again", 0, 0, False), ("abused and flooded", args.vanishing, args.bad_bodies, True))
+                  ("alone again", 0, 0, False), ("abused and flooded", args.vanishing, args.bad_bodies, True),
+                  # Again, the embedded learner loaded by now (its first job loads its own copy of the model).
+                  ("abused and flooded again", args.vanishing, args.bad_bodies, True))
         for name, vanishing, bad, flooding in phases:
             before = rss_mb(pid)
             results[name] = await phase(url, args.clients, args.requests, args.max_new_tokens, vanishing, bad,

@@ -168,7 +168,9 @@ class Learner:
         """The document's probes; for one sent without any, those made from its text, kept on the record."""
         if own := from_json(record["probes"]):
             return own
+        clock = time.perf_counter()
         made = self.weigher.auto_probes(record)
+        self.rest(time.perf_counter() - clock)  # phi read the text: yield to serving as after any phase
         if made is None:
             return []
         self.documents.update(record["document_id"], auto_probes=to_json(made))
