@@ -46,8 +46,8 @@ class Runtime:
     def create(cls, settings: Settings, run_job: JobFunction | None = None,
                load: Callable[[], LoadedModel] | None = None) -> Runtime:
         root = settings.data_dir
-        return cls(settings, DocumentStore(root, settings.database_url), VersionStore(root / "versions"), ProbeSuites(root / "probes"),
-                   run_job, load)
+        return cls(settings, DocumentStore(root, settings.database_url), VersionStore(root / "versions"),
+                   ProbeSuites(root / "probes"), run_job, load)
 
     def start(self) -> None:
         """Load the model and start the queue and the version watcher (runs in a background thread)."""

@@ -223,8 +223,8 @@ class UpdateMethod(ABC):
 
         `pinned` (a document's probe examples) are in every step beside the others; the others come round in
         batches of at most `max_step_tokens` tokens. Training stops at `deadline` (time.perf_counter()), wherever
-        it is (`report.timed_out`). `rest_after_step(seconds the step took)` runs between steps and returns the seconds it
-        rested (yielding the machine to serving); the deadline moves by them.
+        it is (`report.timed_out`). `rest_after_step(seconds the step took)` runs between steps and returns the
+        seconds it rested (yielding the machine to serving); the deadline moves by them.
 
         A document gets a fresh optimizer (moments from another document say nothing about this one);
         a caller that trains over several calls (the benchmark's epochs) passes its own.
