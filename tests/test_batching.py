@@ -299,3 +299,21 @@ def test_prompts_admitted_together_are_prefilled_in_one_padded_pass_and_answer_a
         assert results[n][:-1] == expected[:-1] and results[n][-1].text == expected[-1].text, prompts[n]
     # The passes: the first prompt's prefill, its first step, then the four prompts' prefill in one.
     assert [rows for _, rows, _ in steps[:3]] == [1, 1, 4]
+
+
+def test_decoding_counts_as_busy_while_it_runs_and_for_a_moment_after(tiny):
+    """What the embedded learner yields to: the generation service says it decodes while a sequence runs, and for
+    BUSY_GAP_S after (a client's next request follows its last at once); an idle service is not busy."""
+    generations = generations_on(tiny)
+    assert not generations.decoding()
+    ids = tiny.tokenizer("the capital of")["input_ids"]
+    stream = generations.stream(ids, SamplingParams(max_new_tokens=3))
+    assert isinstance(next(stream), str) and generations.decoding()
+    *_, done = stream
+    assert isinstance(done, Generation) and generations.decoding()  # just ended: still busy
+    scheduler = generations.scheduler()
+    deadline = time.monotonic() + 10
+    while scheduler.busy(within_s=0):  # the decoding thread ends once nothing is left
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert scheduler.busy(within_s=60) and not scheduler.busy(within_s=0)  # ended a moment ago

@@ -34,6 +34,7 @@ answer keeps its version. Versions pinned by running sequences form groups of th
 """
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -50,6 +51,8 @@ from core.model.generation import Answer, Generation, SamplingParams, eos_ids, s
 from core.model.serving import Routes, ServingModel
 from core.served import ROUTED, Choice
 from core.state import KnowledgeState
+
+BUSY_GAP_S = 1.0  # a pause in decoding shorter than this still counts as decoding (Scheduler.busy)
 
 
 @dataclass(eq=False)
@@ -92,13 +95,15 @@ class Scheduler:
         self._waiting: deque[Sequence] = deque()
         self._groups: dict[Hashable, Group] = {}  # the decoding thread's own
         self._thread: threading.Thread | None = None
+        self._active_at = -math.inf  # time.monotonic() of the decoder's last round
 
     def running(self) -> int:
         return sum(len(group.rows) for group in list(self._groups.values()))
 
-    def busy(self) -> bool:
-        """Whether the decoding thread is on: a sequence runs or waits."""
-        return self._thread is not None
+    def busy(self, within_s: float = BUSY_GAP_S) -> bool:
+        """Whether a sequence runs or waits, or did `within_s` ago: between one client's request and its next the
+        decoder may stop for a moment, and that is not an idle machine."""
+        return self._thread is not None or time.monotonic() - self._active_at < within_s
 
     def waiting(self) -> int:
         return len(self._waiting)
@@ -150,6 +155,7 @@ class Scheduler:
         try:
             with torch.inference_mode():
                 while (admitted := self._next_round()) is not None:
+                    self._active_at = time.monotonic()
                     batches: dict[Hashable, list[Sequence]] = {}
                     for sequence in admitted:  # admitted together, prefilled together where they may share a pass
                         batches.setdefault(self._key(sequence), []).append(sequence)
