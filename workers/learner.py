@@ -53,7 +53,8 @@ class Learner:
     def __init__(self, settings: Settings, loaded: LoadedModel | None = None,
                  publish: Callable[[int], None] | None = None, busy: Callable[[], bool] | None = None) -> None:
         self.settings = settings
-        # Rests between training steps while the API of this process decodes (embedded: one machine for both).
+        # Rests between training steps and after each phase of a job while the API of this process decodes
+        # (embedded: one machine for both).
         self.rest = YieldToServing(settings.learn_share_while_serving, busy or (lambda: False))
         loaded = loaded or load_model(settings)
         self.model, self.tokenizer, self.model_name = loaded.model, loaded.tokenizer, loaded.name
@@ -136,7 +137,7 @@ class Learner:
     def _attempt(self, parent: int, record: dict[str, Any], own: list[Probe],
                  retry: RetryAfterRejection | None = None) -> Status:
         run = self.prepare(parent, record, record["method"], own=own)
-        self.rest_after(run, "score_before_s")
+        self.rest_after_phase(run, "score_before_s")
         pairs = [(p.prompt, p.answer) for p in own]
         run.method.begin(run.doc_id, record["text"], pairs)
         if reason := run.method.refusal():
@@ -148,18 +149,18 @@ class Learner:
                                     f"method {run.method.name!r} (e.g. {unreachable[0]!r}): a routed document "
                                     "answers only prompts that name its subject or its rare words")
         self.add_neighbours(run, own)
-        self.rest_after(run, "neighbours_s")
+        self.rest_after_phase(run, "neighbours_s")
         clock = time.perf_counter()
         examples = self.weigh(run)
         run.timings["weigh_s"] = time.perf_counter() - clock
-        self.rest_after(run, "weigh_s")
+        self.rest_after_phase(run, "weigh_s")
         self.train(run, examples, own, plan=retry.plan if retry else None)
         if retry:
             run.fields["retried"] = {"first_gate": retry.first_gate, "first_training": retry.first_training,
                                      "plan": retry.plan.why}
         return self.finish(run, probes=to_json(own), may_retry=retry is None)
 
-    def rest_after(self, run: Run, phase: str) -> None:
+    def rest_after_phase(self, run: Run, phase: str) -> None:
         """A rest after a phase of the job (yielding to serving, as between training steps), on the record."""
         if phase in run.timings:
             run.timings["rested_s"] = run.timings.get("rested_s", 0.0) + self.rest(run.timings[phase])
@@ -269,7 +270,7 @@ class Learner:
                                neighbour_tolerance=self.settings.neighbour_tolerance,
                                require_own_probes=self.settings.require_own_probes)
         run.timings["gate_s"] = time.perf_counter() - clock
-        self.rest_after(run, "gate_s")
+        self.rest_after_phase(run, "gate_s")
         scores = {"before": run.before.summary(), "after": after.summary(),
                   "own_before": run.before.own, "own_after": after.own}
         outcome = {"gate": decision.to_json(), "scores": scores, **run.fields}

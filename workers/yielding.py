@@ -1,7 +1,7 @@
 """A learner that yields to serving on a machine both share (the embedded worker): while the API decodes, each
-training step is followed by a rest long enough that learning takes at most CKL_LEARN_SHARE_WHILE_SERVING of the
-time. Bounded both ways: teaching never stops under a steady load (it slows by 1 / share at most), and a rest
-ends as soon as decoding does."""
+training step and each phase of a job is followed by a rest long enough that learning takes at most
+CKL_LEARN_SHARE_WHILE_SERVING of the time. Bounded both ways: teaching never stops under a steady load (it slows
+by 1 / share at most), and a rest ends once decoding has stopped (within Scheduler.busy's gap, a second)."""
 from __future__ import annotations
 
 import time
@@ -20,7 +20,7 @@ class YieldToServing:
         self.share, self.busy = share, busy
 
     def __call__(self, worked_s: float) -> float:
-        """Rest after a step of `worked_s` while `busy()`; returns the seconds rested."""
+        """Rest after `worked_s` of work while `busy()`; returns the seconds rested."""
         if self.share >= 1 or not self.busy():
             return 0.0
         started, rest = time.perf_counter(), rest_after(worked_s, self.share)
