@@ -28,6 +28,7 @@ from core.fileio import read_json
 from core.lifecycle import PENDING, Status, after_failed_attempt, transition
 
 TIMED = ("train_s", "gate_s", "score_before_s")  # a finished job's seconds, in columns of their own (/metrics)
+IS_PENDING = table.c.status.in_([s.value for s in PENDING])
 
 
 class IdempotencyConflict(Exception):
@@ -189,10 +190,6 @@ class DocumentStore:
         with self.engine.connect() as connection:
             return [json.loads(r) for r in connection.scalars(query.order_by(table.c.seq))]
 
-    def all(self) -> list[dict[str, Any]]:
-        """Every record, oldest first: for the rare walks over all of them (erasure's), never a request's path."""
-        return self._records(select(table.c.record))
-
     def page(self, owner: str | None, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
         """The records of `owner` (None: everyone's), oldest first, from `offset`: how many in all, and those."""
         mine = (table.c.owner == owner) if owner is not None else True
@@ -220,7 +217,7 @@ class DocumentStore:
 
     def pending_count(self, owner: str | None = None) -> int:
         """Records queued or in training (of `owner` alone, when named)."""
-        query = select(func.count()).select_from(table).where(table.c.status.in_([s.value for s in PENDING]))
+        query = select(func.count()).select_from(table).where(IS_PENDING)
         with self.engine.connect() as connection:
             return connection.scalar(query if owner is None else query.where(table.c.owner == owner))
 
@@ -231,7 +228,8 @@ class DocumentStore:
         return {key: (row[2 * i], row[2 * i + 1] or 0.0) for i, key in enumerate(TIMED)}
 
     def pending(self) -> list[dict[str, Any]]:
-        return self._records(select(table.c.record).where(table.c.status.in_([s.value for s in PENDING])))
+        return self._records(select(table.c.record).where(IS_PENDING))
+
     def unqueued(self, before: float) -> list[dict[str, Any]]:
         """Queued records made before `before` that no job names: the process that wrote one died before it
         queued the job (a write, then an enqueue, then the job id)."""

@@ -68,7 +68,7 @@ def test_idempotency_key(tmp_path, database_url):
     assert new and not new_again and again["document_id"] == first["document_id"]
     with pytest.raises(IdempotencyConflict):
         docs.create({"text": "b"}, "key-1")
-    assert len(docs.all()) == 1
+    assert docs.page(None, 0, 10)[0] == 1
 
 
 def test_a_data_folder_of_json_records_moves_into_the_database_once(tmp_path, database_url):
@@ -81,10 +81,11 @@ def test_a_data_folder_of_json_records_moves_into_the_database_once(tmp_path, da
     write_json_atomic(tmp_path / "idempotency" / f"{key_hash('key-1')}.json",
                       {"document_id": "doc0", "body_sha256": body_hash({"text": "t0"})})
     docs = DocumentStore(tmp_path, database_url)
-    assert [r["document_id"] for r in docs.all()] == ["doc2", "doc1", "doc0"]  # by created_at
+    assert [r["document_id"] for r in docs.page(None, 0, 10)[1]] == ["doc2", "doc1", "doc0"]  # by created_at
     assert not (tmp_path / "documents").exists() and not (tmp_path / "idempotency").exists()
     assert docs.create({"text": "t0"}, "key-1") == (records[0], False)
-    assert [r["document_id"] for r in DocumentStore(tmp_path, database_url).all()] == ["doc2", "doc1", "doc0"]
+    again = DocumentStore(tmp_path, database_url)  # once
+    assert [r["document_id"] for r in again.page(None, 0, 10)[1]] == ["doc2", "doc1", "doc0"]
 
 
 def test_pages_counts_and_sums_come_from_the_database(tmp_path, database_url):
@@ -122,7 +123,7 @@ def test_writers_in_several_threads_and_stores_lose_nothing_and_keep_one_order(t
 
     with ThreadPoolExecutor(4) as pool:
         made = [d for written in pool.map(write, range(4)) for d in written]
-    records = stores[0].all()
+    records = stores[0].page(None, 0, 1000)[1]
     assert len(records) == len(set(made)) == 80  # thread 0 reused its five keys: 5 documents, not 25
     assert stores[1].counts() == {"training": 80}
     with stores[0].engine.connect() as connection:
