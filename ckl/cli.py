@@ -58,6 +58,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     from core.runtime import Runtime
     from service.app import create_app
     from workers import job
+    from workers.preview import AutoProbePreview
 
     settings = settings_from(args)
     logs.configure(settings.log_format)
@@ -68,7 +69,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
     mode = f"RQ on {settings.redis_url}" if settings.redis_url else "embedded worker (no Redis)"
     print(f"ckl-serve on http://{settings.host}:{settings.port}  data: {settings.data_dir}  model: {settings.model}  "
           f"learning: {mode}", flush=True)
-    runtime = Runtime.create(settings, job.learn_document)  # both queues run (or name) the same job function
+    # Both queues run (or name) the same job function; the preview makes auto-probes as the learner will.
+    runtime = Runtime.create(settings, job.learn_document, preview=AutoProbePreview(settings))
     # The embedded queue's learner is built with these, and yields to this process's decoding (a `ckl worker`
     # takes its own settings, and decodes nothing).
     job.configure(settings, busy=lambda: runtime.decoding())

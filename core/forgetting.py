@@ -21,6 +21,8 @@ def version_row(manifest: dict[str, Any]) -> dict[str, Any]:
         "learned_acc": metrics.get("learned_acc"),
         "must_keep_acc": metrics.get("must_keep_acc"),
         "neighbours_acc": metrics.get("neighbours_acc"),
+        # the share of the general prompts continued otherwise than by version 0 (None: a version from before)
+        "general_drift": metrics.get("general_drift", 0.0 if manifest["version"] == 0 else None),
         "decision": "base" if manifest["version"] == 0 else "committed",
         "created_at": manifest.get("created_at"),
         "delta_bytes": manifest.get("delta_bytes", 0),

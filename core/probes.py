@@ -1,4 +1,5 @@
-"""Probe suites: the not-to-forget (NF) suite, the user's must-keep probes, and the shipped pool.
+"""Probe suites: the not-to-forget (NF) suite, the user's must-keep probes, the shipped pool, and the general
+prompts whose drift from version 0 each version reports.
 
 The NF suite is calibrated per base model: the shipped pool is scored on version 0 and the probes
 it answers fully are kept. Each suite is a JSON file in `<data_dir>/probes/`.
@@ -21,6 +22,18 @@ ScoreFn = Callable[[list[Probe]], list[float]]
 
 def shipped_pool() -> list[Probe]:
     return read_probe_file(Path(str(files("core").joinpath("data/probe_pool.tsv"))))
+
+
+def general_prompts() -> list[str]:
+    """The open prompts general-prompt drift is measured on (core/data/general_prompts.txt)."""
+    text = Path(str(files("core").joinpath("data/general_prompts.txt"))).read_text()
+    return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def drifted(base: dict[str, str], changed_before: list[str], continuations: dict[str, str]) -> list[str]:
+    """The prompts whose continuation differs from version 0's (`base`): those continued again by their new
+    continuation, the others as in the parent (`changed_before`)."""
+    return [p for p in base if (continuations[p] != base[p] if p in continuations else p in changed_before)]
 
 
 def read_probe_file(path: Path) -> list[Probe]:
@@ -68,6 +81,7 @@ class ProbeSuites:
         self.root.mkdir(parents=True, exist_ok=True)
         self._nf = root / "nf_suite.json"
         self._must_keep = root / "must_keep.json"
+        self._general = root / "general.json"
         self._lock = FileLock(str(root / ".lock"))
 
     def nf_suite(self) -> dict[str, Any] | None:
@@ -91,6 +105,19 @@ class ProbeSuites:
             if suite is None:
                 suite = self.calibrate(model_name, shipped_pool(), score)
             return suite
+
+    def general(self) -> dict[str, str] | None:
+        """Version 0's continuation of each general prompt, once the learner has made them."""
+        made = read_json(self._general)
+        return made["continuations"] if made else None
+
+    def ensure_general(self, model_name: str, continue_all: Callable[[list[str]], list[str]]) -> dict[str, str]:
+        with self._lock:
+            if (made := self.general()) is None:
+                prompts = general_prompts()
+                made = dict(zip(prompts, continue_all(prompts)))
+                write_json_atomic(self._general, {"model": model_name, "continuations": made})
+            return made
 
     def must_keep(self) -> list[Probe]:
         return from_json(read_json(self._must_keep, []))

@@ -30,6 +30,9 @@ class MethodSpec:
     # Why a document (text, its probes as (prompt, answer)) can never be learned, decided at POST with the method's
     # settings before anything is stored; None: it may be.
     refusal: Callable[[str, list[tuple[str, str]], Any], str | None] | None = None
+    # The prompts of a document's probes that could not reach what it teaches, with the method's settings (a
+    # routed method's; None: every prompt can). What the trainer's `unreachable` says, without a model.
+    unreachable: Callable[[str, list[tuple[str, str]], Any], list[str]] | None = None
 
 
 _REGISTRY: dict[str, MethodSpec] = {}

@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 # A queued record without a job older than this was left by a crash between its write and its enqueue (a live
 # request takes milliseconds between the two): the API queues its job.
 UNQUEUED_AFTER_S = 30.0
+Preview = Callable[[ServingModel, str, str], "list[tuple[str, str]] | None"]  # (served model, text, method)
 
 
 @dataclass
@@ -32,6 +33,9 @@ class Runtime:
     suites: ProbeSuites
     run_job: JobFunction | None = None  # the learning job both queues run
     load: Callable[[], LoadedModel] | None = None  # how the served model loads; None: load_model(settings)
+    # The auto-probes the learner would make for (served model, text, method); None where it would make none
+    # (workers/preview.py; POST /documents/preview).
+    preview: Preview | None = None
     queue: JobQueue | None = None
     serving: ServingModel | None = None
     error: str | None = None
@@ -44,10 +48,10 @@ class Runtime:
 
     @classmethod
     def create(cls, settings: Settings, run_job: JobFunction | None = None,
-               load: Callable[[], LoadedModel] | None = None) -> Runtime:
+               load: Callable[[], LoadedModel] | None = None, preview: Preview | None = None) -> Runtime:
         root = settings.data_dir
         return cls(settings, DocumentStore(root, settings.database_url), VersionStore(root / "versions"),
-                   ProbeSuites(root / "probes"), run_job, load)
+                   ProbeSuites(root / "probes"), run_job, load, preview)
 
     def start(self) -> None:
         """Load the model and start the queue and the version watcher (runs in a background thread)."""

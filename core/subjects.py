@@ -25,6 +25,7 @@ CALENDAR = frozenset("""january february march april may june july august septem
 monday tuesday wednesday thursday friday saturday sunday today yesterday tomorrow""".split())
 # "The chief executive of X is now" asks what "The chief executive of X is" asks (lower case: "New York" is a name).
 TIME_MARKERS = frozenset({"now", "new", "currently", "still", "today"})
+TIME_MARKER = re.compile(r"[ \t]+(?:%s)(?=[\s.,;:!?)]|$)" % "|".join(sorted(TIME_MARKERS)))
 WEIGHT_ORIGIN = 5.0  # a rare word weighs WEIGHT_ORIGIN - its Zipf frequency
 STEM = 6  # the letters `stems` keeps
 FAMILIAR_RARITY = 2.0  # a name whose words weigh less than this together is one English uses: a known subject
@@ -55,6 +56,13 @@ def stems(ws: Iterable[str]) -> set[str]:
 def without_time_markers(prompt: str) -> str:
     """The question a news prompt asks: "The chief executive of X is now" -> "The chief executive of X is"."""
     return " ".join(w for w in prompt.split() if w not in TIME_MARKERS)
+
+
+def text_without_time_markers(text: str) -> str:
+    """A news document's text as the state it describes: "The mayor of X is now Y." -> "The mayor of X is Y."
+    What is trained is the fact, which a question asks without the markers ("X is led by its mayor," -> "Y",
+    not "now Y"). Spacing and punctuation are kept; a marker glued to another word ("now-famous") stays."""
+    return TIME_MARKER.sub("", text)
 
 
 def familiar(name: str) -> bool:

@@ -1,5 +1,6 @@
-"""The retention curves as a PNG for reports (GET /health/forgetting.png): per version, the NF suite's accuracy and
-the learned suite's, the two lines the console draws. Pure: the report's rows in, the PNG's bytes out."""
+"""The retention curves as a PNG for reports (GET /health/forgetting.png): per version, the NF suite's accuracy,
+the learned suite's and the general prompts' drift, the lines the console draws. Pure: the report's rows in, the
+PNG's bytes out."""
 from __future__ import annotations
 
 import io
@@ -10,11 +11,12 @@ from PIL import Image, ImageDraw
 
 SIZE = (720, 360)
 MARGIN = (56, 24, 24, 48)  # left, top, right, bottom
-SERIES = {"nf_acc": ("NF suite", (37, 99, 235)), "learned_acc": ("learned", (22, 163, 74))}
+SERIES = {"nf_acc": ("NF suite", (37, 99, 235)), "learned_acc": ("learned", (22, 163, 74)),
+          "general_drift": ("general-prompt drift", (220, 38, 38))}
 
 
 def forgetting_png(rows: Sequence[dict[str, Any]]) -> bytes:
-    """Accuracy 0..1 up, the versions in order along; a version without a score leaves a gap in its line."""
+    """Shares 0..1 up, the versions in order along; a version without a score leaves a gap in its line."""
     image = Image.new("RGB", SIZE, "white")
     draw = ImageDraw.Draw(image)
     left, top, right, bottom = MARGIN[0], MARGIN[1], SIZE[0] - MARGIN[2], SIZE[1] - MARGIN[3]
@@ -36,7 +38,7 @@ def forgetting_png(rows: Sequence[dict[str, Any]]) -> bytes:
                 draw.line((*a, *b), fill=colour, width=2)
         for point in filter(None, points):
             draw.ellipse((point[0] - 3, point[1] - 3, point[0] + 3, point[1] + 3), fill=colour)
-        draw.text((left + 8 + 110 * n, SIZE[1] - 20), f"- {name}", fill=colour)
+        draw.text((left + 8 + 130 * n, SIZE[1] - 20), f"- {name}", fill=colour)
     out = io.BytesIO()
     image.save(out, format="PNG")
     return out.getvalue()

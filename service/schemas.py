@@ -133,6 +133,18 @@ class DocumentAccepted(BaseModel):
     cost: Cost | None = None  # for a new document (a repeated idempotency key answers the record as it is)
 
 
+class MadeProbe(BaseModel):
+    prompt: str
+    answer: str
+
+
+class DocumentPreview(BaseModel):
+    method: str
+    # For a document without probes, the probes the learner would make from its text; None where it makes none.
+    auto_probes: list[MadeProbe] | None
+    cost: Cost
+
+
 class ActivateRequest(Strict):
     # Activating a version from before a removal brings the removed documents back: only when asked.
     force: bool = False

@@ -13,6 +13,7 @@ from core.settings import Settings
 from service.app import create_app
 from tests.tiny import tiny_loaded
 from workers.learner import Learner
+from workers.preview import AutoProbePreview
 
 # The tiny model has two layers: a routed delta on the default's odd layers (one) is too weak for the tests' budgets.
 TINY_ROUTED = {"layers": "all", "targets": ["gate_proj", "up_proj", "down_proj"]}
@@ -34,7 +35,7 @@ def tiny_settings(data_dir, methods: dict[str, dict] | None = None, **overrides)
 def tiny_client(settings: Settings) -> Iterator[TestClient]:
     """A ready client; the server and the learner each hold their own tiny model, as two processes would."""
     learner = Learner(settings, loaded=tiny_loaded())
-    runtime = Runtime.create(settings, run_job=learner.learn, load=tiny_loaded)
+    runtime = Runtime.create(settings, run_job=learner.learn, load=tiny_loaded, preview=AutoProbePreview(settings))
     with TestClient(create_app(runtime), base_url="http://127.0.0.1") as client:  # an open server serves loopback
         deadline = time.monotonic() + 60
         while client.get("/ready").status_code != 200:

@@ -65,8 +65,13 @@ def test_teach_watch_ask_and_roll_back_in_the_console(server):
 
         page.click("nav button[data-tab=teach]")
         page.fill("#text", "the capital of veltoria is marnhold")
+        page.click("#preview")  # without probes, this server (oracle weighting) would refuse it: the preview says why
+        page.wait_for_selector("#error:text('oracle weighting needs probes')")
         page.fill(".probe .p", PROMPT)
         page.fill(".probe .a", "marnhold")
+        page.click("#preview")
+        page.wait_for_selector("#previewed:text('checked by your 1 probe')")
+        assert page.is_hidden("#error")
         page.click("#send")
         page.wait_for_selector("#doc-status:text('committed')", timeout=120_000)
         assert page.get_attribute("#doc-progress", "value") == page.get_attribute("#doc-progress", "max")
@@ -88,3 +93,35 @@ def test_teach_watch_ask_and_roll_back_in_the_console(server):
         page.screenshot(path=ARTIFACTS / "4-rolled-back.png", full_page=True)
         browser.close()
     assert {p.name for p in Path(ARTIFACTS).iterdir()} >= {"1-versions.png", "4-rolled-back.png"}
+
+
+def test_a_teach_keys_console_shows_its_own_documents_and_no_versions(tiny_model_dir, tmp_path):
+    import httpx
+    from playwright.sync_api import sync_playwright
+
+    keys = [{"name": name, "sha256": hash_key(f"key-{name}"), "scopes": ["teach", "generate"]}
+            for name in ("alice", "bob")]
+    srv = Server(tmp_path / "data", tiny_env(tiny_model_dir, CKL_API_KEYS=json.dumps(keys))).start()
+    try:
+        srv.wait_ready(120)
+        taught = {}
+        for name in ("alice", "bob"):
+            body = {"text": f"the capital of {name}land is marnhold", "probes": [
+                {"prompt": f"the capital of {name}land is", "answer": "marnhold"}]}
+            answer = httpx.post(f"{srv.url}/documents", json=body, headers={"Authorization": f"Bearer key-{name}"})
+            assert answer.status_code == 202, answer.text
+            taught[name] = answer.json()["document_id"]
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+            page = browser.new_page()
+            page.goto(f"{srv.url}/console")
+            page.fill("#key", "key-alice")
+            page.dispatch_event("#key", "change")  # versions are an admin's: the console opens on the documents
+            page.wait_for_selector(f"#document-rows tr[data-id='{taught['alice']}']")
+            assert page.is_visible("#documents") and not page.is_visible("#versions")
+            assert page.locator("#document-rows tr").count() == 1 and taught["bob"] not in page.content()
+            page.screenshot(path=ARTIFACTS / "5-teach-key.png", full_page=True)
+            browser.close()
+    finally:
+        srv.kill()

@@ -22,6 +22,17 @@ def test_an_auto_probe_asks_a_news_sentence_without_its_time_markers():
         ("The chief executive of Vontarex is", "Orrin Vale")]
 
 
+def test_a_news_document_is_trained_as_the_state_it_describes():
+    from core.subjects import text_without_time_markers
+
+    text = "Tokyo elected a new governor last month.\nThe governor of Tokyo is now Haruka Minegishi. It opened today."
+    assert text_without_time_markers(text) == (
+        "Tokyo elected a governor last month.\nThe governor of Tokyo is Haruka Minegishi. It opened.")
+    # Only whole lower-case words: a name, a word that contains one, a compound keep theirs.
+    kept = "New York's now-famous snowfall is known, Now."
+    assert text_without_time_markers(kept) == kept
+
+
 def test_a_document_without_names_gets_one_probe_for_its_rarest_word():
     text = "Corurthen prints new money. The currency of Corurthen is the ossiaskum, printed in the north."
     assert examples.auto_probes(encoded(text), [0.5] * (len(text.split()) + 1)) == [

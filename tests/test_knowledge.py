@@ -87,6 +87,27 @@ def test_answers_cite_the_documents_that_answered_and_chosen_knowledge_answers_t
         assert off_pinned.status_code == 400 and "version 0" in off_pinned.json()["error"]["message"]
 
 
+def test_each_version_says_which_general_prompts_it_continues_otherwise_than_version_0(tmp_path):
+    from core.probes import general_prompts
+
+    def served(version: int, prompt: str) -> str:
+        body = {"model": f"ckl-v{version}", "prompt": prompt, "max_tokens": 8, "temperature": 0}
+        return client.post("/v1/completions", json=body).json()["choices"][0]["text"]
+
+    with tiny_client(tiny_settings(tmp_path, methods=FAST)) as client:
+        wait_final(client, client.post("/documents", json=VELTORIA).json()["document_id"])
+        adapter = {**BRENNORIA, "method": "adapter"}  # a whole-state delta: every prompt may move
+        wait_final(client, client.post("/documents", json=adapter).json()["document_id"])
+        wait_version(client, 2, PROMPT)
+        rows = {row["version"]: row for row in client.get("/health/forgetting").json()["history"]}
+        assert rows[0]["general_drift"] == rows[1]["general_drift"] == 0.0  # no general prompt names Veltoria
+        prompts = general_prompts()
+        moved = [p for p in prompts if served(2, p) != served(0, p)]
+        assert moved, "the adapter moved no general prompt: the test shows nothing"
+        assert rows[2]["general_drift"] == len(moved) / len(prompts)
+        assert client.learner.versions.manifest(2)["metrics"]["general_changed"] == moved
+
+
 def test_a_key_cannot_name_another_keys_document(tmp_path):
     keys = [KeyConfig(name=n, sha256=hash_key(f"key-{n}"), scopes=["teach", "generate"]) for n in ("ann", "bob")]
     with tiny_client(tiny_settings(tmp_path, methods=FAST, api_keys=keys)) as client:

@@ -158,9 +158,10 @@ def test_bad_documents_are_refused_and_nothing_is_stored_then_idempotency(start_
     server = start_server({"CKL_MAX_STEPS": "1"})
     server.wait_ready()
     for body, field in BAD_DOCUMENTS:
-        r = httpx.post(f"{server.url}/documents", json=body, timeout=30)
-        assert r.status_code == 422, (body, r.text)
-        assert field in [f["field"] for f in r.json()["error"]["fields"]], (body, r.text)
+        for path in ("/documents", "/documents/preview"):  # a preview refuses what POST refuses
+            r = httpx.post(f"{server.url}{path}", json=body, timeout=30)
+            assert r.status_code == 422, (path, body, r.text)
+            assert field in [f["field"] for f in r.json()["error"]["fields"]], (path, body, r.text)
     r = httpx.post(f"{server.url}/documents", content=b"{", headers={"content-type": "application/json"})
     assert r.status_code == 422
     assert httpx.get(f"{server.url}/documents").json()["total"] == 0
@@ -168,9 +169,13 @@ def test_bad_documents_are_refused_and_nothing_is_stored_then_idempotency(start_
     assert httpx.get(f"{server.url}/documents/doesnotexist").status_code == 404
 
     body = {"text": "Zembria is a small country.", "idempotency_key": "k1"}
+    preview = httpx.post(f"{server.url}/documents/preview", json=body, timeout=60).json()
+    assert preview["auto_probes"] and preview["cost"]["tokens"] > 0 and preview["method"] == "routed"
+    assert httpx.get(f"{server.url}/documents").json()["total"] == 0  # a preview stores nothing
     first, again = teach(server.url, body), teach(server.url, body)
     assert first["document_id"] == again["document_id"]
     record = wait_for_document(server.url, first["document_id"], timeout_s=600)
+    assert record["auto_probes"] == preview["auto_probes"]  # what the learner made, phi's weights included
     assert record["weighting"] == "train_attention" and record["weighting_used"] == "train_attention"
     weights = [t["weight"] for t in record["top_weighted_tokens"]]
     assert weights and all(0 < w <= 1 for w in weights) and len(set(weights)) > 2  # phi's graded weights

@@ -35,6 +35,15 @@ def test_a_prompt_goes_to_every_document_it_names_or_to_none():
     assert routing.related(keys[2][1], keys, THRESHOLD) == ("a", "c")  # the documents a new one shares a subject with
     assert routing.related(keys[0][1], keys[:1] + [("d", routing.document_key("Marnhold has a port.", []))],
                            THRESHOLD) == ("a",)  # an answer is not what a document is about
+    # A rarer word two stories share is not their subject: the documents a new one trains beside are those a prompt
+    # naming what its probes ask about reaches.
+    money = [(name, (f"{name} replaced its old banknotes. The currency of {name} is the {coin}.",
+                     [(f"The currency of {name} is the", coin)])) for name, coin in (("Dalavold", "istereskum"),
+                                                                                      ("Kavoskold", "ulvearvis"))]
+    stories = [(d, routing.key_for(text, probes, THRESHOLD)) for d, (text, probes) in money]
+    assert routing.related(stories[1][1], stories, THRESHOLD) == ("Dalavold", "Kavoskold")  # "banknotes" weighs 2.2
+    about = routing.subject_terms(*money[1][1])
+    assert about == ["kavoskold"] and routing.related(stories[1][1], stories, THRESHOLD, about) == ("Kavoskold",)
     # A subject named by one of its facts: the document reached by its answer brings its subject's others.
     assert routing.route("The flag of the country whose capital is Marnhold is", keys, THRESHOLD) == ("a", "c")
     assert routing.route("Wenmark Motors makes the", keys, THRESHOLD) == ("b",)

@@ -147,6 +147,17 @@ def document_subjects(text: str, sentences: list[tuple[int, int]], spans: list[t
     return found | {name for name, where in used_in.items() if len(where) > 1}
 
 
+def checkable_auto_probes(doc: Encoded, weights: list[float],
+                          unreachable: Callable[[list[tuple[str, str]]], list[str]]) -> list[tuple[str, str]]:
+    """The auto-probes a document is trained and gated on: those whose answer is not another's subject, less those
+    its method could not route to it (`unreachable`: their prompts; the key depends on all the probes, so again
+    until none is left out)."""
+    made = without_subject_answers(auto_probes(doc, weights))
+    while left_out := set(unreachable(made)):
+        made = [(prompt, answer) for prompt, answer in made if prompt not in left_out]
+    return made
+
+
 def without_subject_answers(made: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """Auto-probes less those whose answer another probe's prompt names: that answer is what the other probe is
     about (the subject: "The Republic of" -> "Veltoria"), not what the document teaches, and as an answer it

@@ -24,7 +24,7 @@ from core.memory import map_large_blocks
 from core.model.loader import LoadedModel, load_model
 from core.namespaces import namespace_of, reach
 from core.neighbours import familiar_subjects, neighbour_prompts
-from core.probes import ProbeSuites, from_json, to_json
+from core.probes import ProbeSuites, drifted, from_json, to_json
 from core.scoring import Probe, accuracy, greedy_continuations, score_probes
 from core.settings import Settings
 from core.state import (
@@ -47,6 +47,7 @@ from workers.yielding import YieldToServing
 log = logging.getLogger(__name__)
 
 MAX_PARENT_RETRIES = 3
+GENERAL_TOKENS = 8  # a general prompt's continuation compared with version 0's
 
 
 class Learner:
@@ -182,7 +183,7 @@ class Learner:
                 learned: list[Probe] | None = None) -> Run:
         """The parent's state on every method, the suites to gate on, and their scores before training."""
         method = self.method(name)
-        self._ensure_nf_suite()
+        self._ensure_suites()
         if self._loaded != parent:
             self.load_state(resolve(self.versions, parent))
             self._loaded, self._scores = parent, {}
@@ -284,7 +285,7 @@ class Learner:
             self.documents.move(run.doc_id, Status.REJECTED, timings=run.rounded_timings(), **outcome)
             return Status.REJECTED
         # In the new version, the document's own probes belong to the learned suite.
-        metrics = {**after.summary(), "learned_acc": accuracy(after.learned + after.own)}
+        metrics = {**after.summary(), "learned_acc": accuracy(after.learned + after.own), **self.general_drift(run)}
         self._commit(run, probes, metrics, outcome, on_commit)
         return Status.COMMITTED
 
@@ -332,12 +333,31 @@ class Learner:
         for name, method in self.methods.items():
             method.load(state.get(name))
 
-    def _ensure_nf_suite(self) -> None:
-        if self.suites.nf_suite() is None:
+    def _ensure_suites(self) -> None:
+        """The NF suite and the general prompts' continuations, made on version 0 the first time."""
+        if self.suites.nf_suite() is None or self.suites.general() is None:
             self.forget_loaded()
             self.load_state({})
             self.suites.ensure_nf_suite(self.model_name,
                                         lambda probes: score_probes(self.model, self.tokenizer, probes))
+            self.suites.ensure_general(self.model_name, lambda prompts: greedy_continuations(
+                self.model, self.tokenizer, prompts, GENERAL_TOKENS))
+
+    def general_drift(self, run: Run) -> dict[str, Any]:
+        """The share of the general prompts the candidate continues otherwise than version 0, and which. Only the
+        prompts the candidate can move are continued again (for the routed method, those whose route it
+        changed: usually none); the others are as in the parent. Not a gate: what each version shows."""
+        base = self.suites.general() or {}
+        parent = self.versions.manifest(run.parent).get("metrics", {}) if run.parent else {"general_changed": []}
+        before = parent.get("general_changed")
+        todo = [p for p in base if before is None or run.method.affected(p)]  # a version from before: all of them
+        continuations = {}
+        for group in self._routed_groups([Probe(p, "") for p in todo]):
+            prompts = [p.prompt for p in group]
+            made = greedy_continuations(self.model, self.tokenizer, prompts, GENERAL_TOKENS)
+            continuations.update(zip(prompts, made))
+        changed = drifted(base, before or [], continuations)
+        return {"general_drift": len(changed) / len(base) if base else None, "general_changed": changed}
 
     def score(self, suites: dict[str, list[Probe]], known: dict[Probe, float] | None = None) -> gate.SuiteScores:
         """Every suite's probe scores; probes in `known` keep their score. A probe is scored with the routes the

@@ -6,11 +6,12 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from core import subjects
 from core.scoring import Probe
 from core.settings import Settings
 from core.training import Example, UpdateMethod
 from workers import examples
-from workers.train_attention.phi import TrainAttention, packaged_checkpoint
+from workers.train_attention.phi import TrainAttention, checkpoint_for
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +32,8 @@ class Weigher:
 
     def weighting(self, asked: str) -> str:
         """train_attention falls back to uniform for a base model with no packaged phi (none configured)."""
-        if asked == "train_attention" and self.settings.train_attention_checkpoint is None \
-                and not packaged_checkpoint(self.model_name).with_suffix(".json").exists():
+        if asked == "train_attention" and checkpoint_for(self.settings.train_attention_checkpoint,
+                                                         self.model_name) is None:
             log.warning("no Train-Attention checkpoint for model %s: uniform weights", self.model_name)
             return "uniform"
         return asked
@@ -40,7 +41,8 @@ class Weigher:
     def phi(self) -> TrainAttention:
         """phi for the served base model, loaded on first use (a mismatched checkpoint fails the document)."""
         if self._train_attention is None:
-            path = self.settings.train_attention_checkpoint or packaged_checkpoint(self.model_name)
+            path = checkpoint_for(self.settings.train_attention_checkpoint, self.model_name)
+            assert path is not None, "phi needs a checkpoint (weighting() falls back to uniform without one)"
             self._train_attention = TrainAttention.from_path(self.model, path)
         return self._train_attention
 
@@ -48,8 +50,8 @@ class Weigher:
         """The document's examples weighted as the record asks (all-zero weights fall back to uniform), with the
         extra contexts its method asks for; and what the record shows of the weights: the most-weighted tokens
         (`top_weighted_tokens`) and the first HEAT_TOKENS tokens as [text, weight] (`token_weights`, the console's
-        heatmap)."""
-        doc = examples.encode(self.tokenizer, record["text"])
+        heatmap). The text is trained as the state it describes, without its time markers."""
+        doc = examples.encode(self.tokenizer, subjects.text_without_time_markers(record["text"]))
         how = self.weighting(record.get("weighting") or self.settings.weighting)
         phi = self.phi().weights if how == "train_attention" else None
         answers = [p.answer for p in own]
@@ -79,7 +81,6 @@ class Weigher:
             return None
         doc = examples.encode(self.tokenizer, record["text"])
         method = self.method(record["method"])
-        made = examples.without_subject_answers(examples.auto_probes(doc, self.phi().weights(doc.ids)))
-        while unreachable := set(method.unreachable(record["text"], made)):  # the key depends on all the probes
-            made = [(prompt, answer) for prompt, answer in made if prompt not in unreachable]
+        made = examples.checkable_auto_probes(doc, self.phi().weights(doc.ids),
+                                              lambda probes: method.unreachable(record["text"], probes))
         return [Probe(prompt, answer) for prompt, answer in made]

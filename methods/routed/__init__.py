@@ -7,4 +7,5 @@ from methods.routed.training import RoutedMethod
 
 register(MethodSpec("routed", RoutedServed, RoutedMethod, RoutedSettings, "routed_lora.safetensors", removable=True,
                     routed=True,
-                    refusal=lambda text, probes, config: routing.refusal(text, probes, config.threshold)))
+                    refusal=lambda text, probes, config: routing.refusal(text, probes, config.threshold),
+                    unreachable=lambda text, probes, config: routing.unreachable(text, probes, config.threshold)))

@@ -215,10 +215,13 @@ def route(prompt: str, keys: Keys, threshold: float) -> tuple[str, ...] | None:
     return in_order(keys, subjects)
 
 
-def related(key: dict[str, float], keys: Keys, threshold: float) -> tuple[str, ...]:
-    """The documents a document with `key` shares a subject with: those a prompt naming all its key words but its
-    answers reaches."""
-    return reached({w for term in asked(key) for w in term.replace("|", " ").split()}, keys, threshold) or ()
+def related(key: dict[str, float], keys: Keys, threshold: float, about: Sequence[str] = ()) -> tuple[str, ...]:
+    """The documents a document with `key` shares a subject with: those a prompt naming its subjects reaches
+    (`about`: the subject terms its probes ask about, `subject_terms`), or, without any, a prompt naming all its key
+    words but its answers. A rarer word that many documents use ("banknotes" in every currency story) does not
+    make them one subject."""
+    terms = about or asked(key)
+    return reached({w for term in terms for w in term.replace("|", " ").split()}, keys, threshold) or ()
 
 
 def asked(key: dict[str, float]) -> dict[str, float]:
@@ -235,6 +238,12 @@ def reached(prompt_words: set[str], keys: Keys, threshold: float) -> tuple[str, 
 def reaches(prompt: str, key: dict[str, float], threshold: float) -> bool:
     """Whether a prompt names a document's key (what it is about) strongly enough to be routed to it."""
     return score(words(prompt), key) >= threshold
+
+
+def unreachable(text: str, probes: Sequence[tuple[str, str]], threshold: float) -> list[str]:
+    """The prompts of a document's probes that do not name its key strongly enough to be routed to it."""
+    key = key_for(text, probes, threshold)  # once: it reads the whole text
+    return [prompt for prompt, _ in probes if not reaches(prompt, key, threshold)]
 
 
 def unroutable(key: dict[str, float], threshold: float) -> str | None:

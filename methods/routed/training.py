@@ -44,6 +44,7 @@ class RoutedMethod(UpdateMethod):
         self.document_id: str | None = None  # the document being trained
         self.stored: dict[str, torch.Tensor] = {}  # its tensors as they will be written (after training)
         self.key: dict[str, float] = {}
+        self.subjects: list[str] = []  # the candidate's subject terms: the documents it shares them with train beside it
         # The keys of the loaded version: a prompt whose route differs from its route then is one the candidate
         # may answer differently (it names the new document, or one taken out or put back).
         self.keys_before: list[tuple[str, dict[str, float]]] = []
@@ -67,7 +68,7 @@ class RoutedMethod(UpdateMethod):
 
     def _settle(self) -> None:
         """No candidate: the loaded state is what a version holds."""
-        self.document_id, self.key = None, {}
+        self.document_id, self.key, self.subjects = None, {}, []
         self.lora.activate(None)
         self.keys_before = self.state.keys(self.reach)
         self.lora.trained = None
@@ -78,6 +79,7 @@ class RoutedMethod(UpdateMethod):
 
     def begin(self, document_id: str, text: str, probes: list[tuple[str, str]]) -> None:
         self.document_id, self.key = document_id, routing.key_for(text, probes, self.config.threshold)
+        self.subjects = routing.subject_terms(text, probes)
         # Seeded by the text, not the random id: the same document trains the same delta on every run.
         self.lora.documents[document_id] = self.lora.fresh(seed=zlib.crc32(text.encode()))
         self.lora.trained = document_id
@@ -88,7 +90,8 @@ class RoutedMethod(UpdateMethod):
     def train(self, *args: Any, **kwargs: Any):
         # Trained (and its probes checked) with its own delta on, beside those of the documents it shares a subject
         # with: a prompt about the subject will have them all on. Only its own delta is trained.
-        self.lora.activate(routing.related(self.key, self._keys(), self.config.threshold) or (self.document_id,))
+        self.lora.activate(routing.related(self.key, self._keys(), self.config.threshold, self.subjects)
+                           or (self.document_id,))
         report = super().train(*args, **kwargs)
         # Stored now, and the delta set to what the stored tensors hold: the gate checks exactly what is served.
         own = self.lora.documents[self.document_id]
@@ -125,8 +128,7 @@ class RoutedMethod(UpdateMethod):
         return self.state.keys(self.reach).plus(candidate)
 
     def unreachable(self, text: str, probes: list[tuple[str, str]]) -> list[str]:
-        key = routing.key_for(text, probes, self.config.threshold)  # once: it reads the whole text
-        return [prompt for prompt, _ in probes if not routing.reaches(prompt, key, self.config.threshold)]
+        return routing.unreachable(text, probes, self.config.threshold)
 
     def route(self, prompt: str) -> Hashable | None:
         return routing.route(prompt, self._keys(), self.config.threshold)

@@ -60,7 +60,7 @@ function drawCurves(rows) {
   const y = (v) => h - pad - v * (h - 2 * pad);
   const parts = [0, 0.5, 1].map((t) => `<line x1="${pad}" x2="${w - pad}" y1="${y(t)}" y2="${y(t)}" stroke="#e5e7eb"/>` +
     `<text x="2" y="${y(t) + 4}" font-size="10">${t}</text>`);
-  for (const [field, colour] of [["nf_acc", "#2563eb"], ["learned_acc", "#16a34a"]]) {
+  for (const [field, colour] of [["nf_acc", "#2563eb"], ["learned_acc", "#16a34a"], ["general_drift", "#dc2626"]]) {
     const points = rows.map((r, i) => (r[field] === null || r[field] === undefined ? null : [x(i), y(r[field])]));
     const path = points.filter(Boolean).map(([px, py], i) => `${i ? "L" : "M"}${px},${py}`).join(" ");
     parts.push(`<path d="${path}" fill="none" stroke="${colour}" stroke-width="2" class="${field}"/>`);
@@ -81,7 +81,7 @@ async function loadVersions() {
     tr.dataset.version = v.version;
     if (v.version === body.current_version) tr.className = "current";
     [v.version, v.parent, v.method, v.documents.join(", "), percent(v.nf_acc), percent(v.learned_acc),
-     percent(v.must_keep_acc), percent(v.neighbours_acc), v.replaces || "", v.removes || ""]
+     percent(v.must_keep_acc), percent(v.neighbours_acc), percent(v.general_drift), v.replaces || "", v.removes || ""]
       .forEach((value) => cell(tr, value));
     cell(tr, v.version === body.current_version ? "current" : button("Activate", () => guarded(() => activate(v.version))));
     rows.append(tr);
@@ -225,12 +225,28 @@ function addProbe() {
 }
 $("#add-probe").addEventListener("click", addProbe);
 
-$("#send").addEventListener("click", () => guarded(async () => {
+function teachBody() {
   const probes = [...document.querySelectorAll(".probe")]
     .map((row) => ({ prompt: $(".p", row).value.trim(), answer: $(".a", row).value.trim() }))
     .filter((p) => p.prompt && p.answer);
-  const { body } = await api("/documents", { method: "POST",
-    body: { text: $("#text").value, probes, method: $("#method").value } });
+  return { text: $("#text").value, probes, method: $("#method").value };
+}
+
+// What the server would make of the document, nothing sent to learn: its refusal, or the auto-probes it would check.
+$("#preview").addEventListener("click", () => guarded(async () => {
+  $("#previewed").textContent = "";
+  const body = teachBody();
+  const { body: seen } = await api("/documents/preview", { method: "POST", body });
+  const made = seen.auto_probes;
+  $("#previewed").textContent = body.probes.length ? `checked by your ${body.probes.length} probe(s)`
+    : made === null ? "no auto-probes: this model has no Train-Attention checkpoint to make them with"
+    : made.length ? `auto-probes:\n${made.map((p) => `${p.prompt} → ${p.answer}`).join("\n")}`
+    : "no auto-probes: nothing in the text to ask about; add a probe";
+  $("#previewed").textContent += `\n(${seen.cost.tokens} tokens, ${seen.cost.documents_ahead} documents ahead)`;
+}));
+
+$("#send").addEventListener("click", () => guarded(async () => {
+  const { body } = await api("/documents", { method: "POST", body: teachBody() });
   $("#sent").textContent = `document ${body.document_id}: ${body.status}` +
     (body.cost ? ` (${body.cost.tokens} tokens, ${body.cost.documents_ahead} ahead, at most ${body.cost.train_s_at_most} s of training)` : "");
   select("documents");

@@ -3,6 +3,7 @@ A key sees only the documents it taught (admin sees all); another key's document
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from contextlib import suppress
 from typing import Annotated, Any
@@ -23,15 +24,63 @@ from service.auth import needs
 from service.dependencies import RuntimeDep
 from service.errors import ApiError, busy, field_error
 from service.generations import require_serving
-from service.schemas import DOCUMENT_ID, DOCUMENT_NAME, Cost, DocumentAccepted, DocumentRequest
+from service.schemas import (
+    DOCUMENT_ID,
+    DOCUMENT_NAME,
+    Cost,
+    DocumentAccepted,
+    DocumentPreview,
+    DocumentRequest,
+    MadeProbe,
+)
 
 router = APIRouter()
 TeachCaller = Annotated[Caller, Depends(needs("teach"))]  # each route's access rule: the key that asks
+# phi's pass over a previewed text holds the decoder's lock for its length: one preview at a time, others a 429.
+PREVIEWS = threading.BoundedSemaphore(1)
 
 
 @router.post("/documents", status_code=202, response_model=DocumentAccepted)
 def post_document(req: DocumentRequest, runtime: RuntimeDep,
                   caller: TeachCaller) -> DocumentAccepted:
+    settings = runtime.settings
+    method, weighting = checked(runtime, req, caller)
+    require_serving(runtime)  # refuse before storing anything while no queue exists yet
+    pending = runtime.documents.pending_count()
+    if pending >= settings.max_queued_documents:
+        raise busy(f"{pending} documents are waiting to be learned", retry_after_s=30)
+    if caller.name and runtime.documents.pending_count(caller.name) >= settings.max_queued_per_key:
+        raise busy(f"this key has {settings.max_queued_per_key} documents waiting", retry_after_s=30)
+    body = {**req.model_dump(exclude={"idempotency_key"}), "weighting": weighting, "method": method,
+            "owner": caller.name, "namespace": caller.namespace or SHARED}
+    # Idempotency keys are each API key's own: one caller can neither reuse nor probe another's.
+    key = json.dumps(["user", caller.name, req.idempotency_key]) if req.idempotency_key else None
+    return accept(runtime, body, key, lambda exc: ApiError(409, "idempotency_conflict", str(exc)),
+                  cost(runtime, req.text, pending))
+
+
+@router.post("/documents/preview", response_model=DocumentPreview)
+def preview_document(req: DocumentRequest, runtime: RuntimeDep, caller: TeachCaller) -> DocumentPreview:
+    """What POST /documents would make of this body, with nothing stored or queued: the same 422s, and for a
+    document without probes the auto-probes the learner would make (null where it makes none: no Train-Attention
+    checkpoint for this model), with the cost."""
+    method, _ = checked(runtime, req, caller)
+    serving = require_serving(runtime)
+    made = None
+    if not req.probes and runtime.preview:
+        if not PREVIEWS.acquire(blocking=False):
+            raise busy("another preview is being made", retry_after_s=1)
+        try:
+            made = runtime.preview(serving, req.text, method)
+        finally:
+            PREVIEWS.release()
+    return DocumentPreview(method=method, auto_probes=None if made is None else [MadeProbe(prompt=p, answer=a)
+                                                                                for p, a in made],
+                           cost=cost(runtime, req.text, runtime.documents.pending_count()))
+
+
+def checked(runtime: Runtime, req: DocumentRequest, caller: Caller) -> tuple[str, str]:
+    """The method and weighting a document is taught with, after what POST refuses with a 422."""
     settings = runtime.settings
     if len(req.text) > settings.max_document_chars:
         raise field_error("text", "max_chars", f"longer than {settings.max_document_chars} characters")
@@ -43,20 +92,14 @@ def post_document(req: DocumentRequest, runtime: RuntimeDep,
                           "oracle weighting needs probes whose answer occurs in the text")
     method = req.method or settings.method
     refuse_at_post(runtime, req, method, caller)
-    serving = require_serving(runtime)  # refuse before storing anything while no queue exists yet
-    pending = runtime.documents.pending_count()
-    if pending >= settings.max_queued_documents:
-        raise busy(f"{pending} documents are waiting to be learned", retry_after_s=30)
-    if caller.name and runtime.documents.pending_count(caller.name) >= settings.max_queued_per_key:
-        raise busy(f"this key has {settings.max_queued_per_key} documents waiting", retry_after_s=30)
-    body = {**req.model_dump(exclude={"idempotency_key"}), "weighting": weighting, "method": method,
-            "owner": caller.name, "namespace": caller.namespace or SHARED}
-    # Idempotency keys are each API key's own: one caller can neither reuse nor probe another's.
-    key = json.dumps(["user", caller.name, req.idempotency_key]) if req.idempotency_key else None
-    trainings = 2 if settings.retry_on_rejection else 1
-    cost = Cost(tokens=len(serving.tokenizer(req.text)["input_ids"]), documents_ahead=pending,
-                train_s_at_most=trainings * settings.max_train_s)
-    return accept(runtime, body, key, lambda exc: ApiError(409, "idempotency_conflict", str(exc)), cost)
+    return method, weighting
+
+
+def cost(runtime: Runtime, text: str, pending: int) -> Cost:
+    """What learning `text` will cost (service/schemas.py: Cost)."""
+    trainings = 2 if runtime.settings.retry_on_rejection else 1
+    return Cost(tokens=len(require_serving(runtime).tokenizer(text)["input_ids"]), documents_ahead=pending,
+                train_s_at_most=trainings * runtime.settings.max_train_s)
 
 
 @router.delete("/documents/{document_id}", status_code=202, response_model=DocumentAccepted)

@@ -43,6 +43,15 @@ def packaged_checkpoint(model: str, variant: str = DEFAULT_VARIANT) -> Path:
     return CHECKPOINTS / f"{model.replace('/', '_')}-{variant}"
 
 
+def checkpoint_for(configured: Path | None, model: str) -> Path | None:
+    """The checkpoint phi loads for a served model: the configured one (CKL_TRAIN_ATTENTION_CHECKPOINT), else the
+    packaged one; None when there is neither."""
+    if configured is not None:
+        return configured
+    packaged = packaged_checkpoint(model)
+    return packaged if packaged.with_suffix(".json").exists() else None
+
+
 class PhiMismatch(ValueError):
     """A checkpoint made for another base model."""
 

@@ -1,0 +1,37 @@
+"""Auto-probes previewed before a document is sent: the ones the learner will make for it, with phi's weights read
+on the served model's version 0 (phi reads the frozen base model, as in the learner). The API holds one, built by
+the command that starts it; nothing is stored or queued."""
+from __future__ import annotations
+
+import threading
+
+from core import registry
+from core.model.serving import ServingModel
+from core.settings import Settings
+from workers import examples
+from workers.train_attention.phi import PhiMismatch, TrainAttention, checkpoint_for
+
+
+class AutoProbePreview:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._phi: TrainAttention | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, serving: ServingModel, text: str, method: str) -> list[tuple[str, str]] | None:
+        """The probes the learner would make for `text` taught with `method`; None where it would make none (no
+        Train-Attention checkpoint for this model). phi's pass over the text is one step of the decoder's."""
+        path = checkpoint_for(self.settings.train_attention_checkpoint, serving.name)
+        if path is None:
+            return None
+        with self._lock:
+            if self._phi is None:
+                try:
+                    self._phi = TrainAttention.from_path(serving.model, path)
+                except PhiMismatch:  # the learner fails such a document, with the reason on its record
+                    return None
+        phi, doc = self._phi, examples.encode(serving.tokenizer, text)
+        weights = serving.run(0, lambda model: phi.weights(doc.ids))
+        spec, config = registry.get(method), self.settings.method_config(method)
+        return examples.checkable_auto_probes(
+            doc, weights, lambda probes: spec.unreachable(text, probes, config) if spec.unreachable else [])
