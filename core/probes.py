@@ -6,6 +6,7 @@ it answers fully are kept. Each suite is a JSON file in `<data_dir>/probes/`.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from importlib.resources import files
@@ -30,10 +31,14 @@ def general_prompts() -> list[str]:
     return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
 
 
+def digest(continuation: str) -> str:
+    return hashlib.sha256(continuation.encode()).hexdigest()
+
+
 def drifted(base: dict[str, str], changed_before: list[str], continuations: dict[str, str]) -> list[str]:
-    """The prompts whose continuation differs from version 0's (`base`): those continued again by their new
-    continuation, the others as in the parent (`changed_before`)."""
-    return [p for p in base if (continuations[p] != base[p] if p in continuations else p in changed_before)]
+    """The prompts whose continuation differs from version 0's (`base`, hashed): those continued again by their
+    new continuation, the others as in the parent (`changed_before`)."""
+    return [p for p in base if (digest(continuations[p]) != base[p] if p in continuations else p in changed_before)]
 
 
 def read_probe_file(path: Path) -> list[Probe]:
@@ -107,7 +112,8 @@ class ProbeSuites:
             return suite
 
     def general(self) -> dict[str, str] | None:
-        """Version 0's continuation of each general prompt, once the learner has made them."""
+        """A hash of version 0's continuation of each general prompt, once the learner has made them (only compared:
+        no text a model wrote is kept)."""
         made = read_json(self._general)
         return made["continuations"] if made else None
 
@@ -115,7 +121,7 @@ class ProbeSuites:
         with self._lock:
             if (made := self.general()) is None:
                 prompts = general_prompts()
-                made = dict(zip(prompts, continue_all(prompts)))
+                made = dict(zip(prompts, map(digest, continue_all(prompts))))
                 write_json_atomic(self._general, {"model": model_name, "continuations": made})
             return made
 

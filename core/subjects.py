@@ -58,11 +58,13 @@ def without_time_markers(prompt: str) -> str:
     return " ".join(w for w in prompt.split() if w not in TIME_MARKERS)
 
 
-def text_without_time_markers(text: str) -> str:
+def text_without_time_markers(text: str, asked: Iterable[str] = ()) -> str:
     """A news document's text as the state it describes: "The mayor of X is now Y." -> "The mayor of X is Y."
     What is trained is the fact, which a question asks without the markers ("X is led by its mayor," -> "Y",
-    not "now Y"). Spacing and punctuation are kept; a marker glued to another word ("now-famous") stays."""
-    return TIME_MARKER.sub("", text)
+    not "now Y"). A marker its probes ask with (`asked`: "the maker of the new product is") is part of what is
+    asked and stays; so do spacing, punctuation and a marker glued to another word ("now-famous")."""
+    kept = set().union(*(prompt.split() for prompt in asked)) & TIME_MARKERS
+    return TIME_MARKER.sub(lambda m: m.group() if m.group().strip() in kept else "", text)
 
 
 def familiar(name: str) -> bool:

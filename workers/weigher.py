@@ -51,7 +51,7 @@ class Weigher:
         extra contexts its method asks for; and what the record shows of the weights: the most-weighted tokens
         (`top_weighted_tokens`) and the first HEAT_TOKENS tokens as [text, weight] (`token_weights`, the console's
         heatmap). The text is trained as the state it describes, without its time markers."""
-        doc = examples.encode(self.tokenizer, subjects.text_without_time_markers(record["text"]))
+        doc = examples.encode(self.tokenizer, subjects.text_without_time_markers(record["text"], [p.prompt for p in own]))
         how = self.weighting(record.get("weighting") or self.settings.weighting)
         phi = self.phi().weights if how == "train_attention" else None
         answers = [p.answer for p in own]
