@@ -242,7 +242,10 @@ def reaches(prompt: str, key: dict[str, float], threshold: float) -> bool:
 
 def unreachable(text: str, probes: Sequence[tuple[str, str]], threshold: float) -> list[str]:
     """The prompts of a document's probes that do not name its key strongly enough to be routed to it."""
-    key = key_for(text, probes, threshold)  # once: it reads the whole text
+    return not_reaching(key_for(text, probes, threshold), probes, threshold)  # the key once: it reads the whole text
+
+
+def not_reaching(key: dict[str, float], probes: Sequence[tuple[str, str]], threshold: float) -> list[str]:
     return [prompt for prompt, _ in probes if not reaches(prompt, key, threshold)]
 
 
@@ -265,7 +268,7 @@ def refusal(text: str, probes: list[tuple[str, str]], threshold: float) -> str |
     key = key_for(text, probes, threshold)
     if reason := unroutable(key, threshold):
         return reason
-    if unreachable := [prompt for prompt, _ in probes if not reaches(prompt, key, threshold)]:
+    if unreachable := not_reaching(key, probes, threshold):
         return (f"{len(unreachable)} of the document's probes do not name its key words (e.g. {unreachable[0]!r}): "
                 "a routed document answers only prompts that name its subject or its rare words")
     return None
