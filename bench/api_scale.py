@@ -5,8 +5,11 @@ while the API is timed).
 
 Per n: seconds from start to ready (every version's manifest read, the current version composed), the p50/p95 of
 GET /documents?limit=50 (first and last page), POST /documents, GET /metrics, GET /v1/models, GET /documents/{id}
-(a lineage walk) and GET /health/forgetting (every version), the server's RSS after them, and the seconds of one
-more commit from a fresh process (the first job of a worker) and of the one after it.
+(a lineage walk) and GET /health/forgetting (every version), the server's RSS after them; then a real `ckl worker`
+started on that store, which teaches the first posted document (no probes: auto-probes, training, the gate, the
+commit): the seconds from its start to that document's final status and its peak RSS; the data folder's bytes as
+n distinct deltas would take them (each hard link counted); and the seconds of one more commit from a fresh
+process and of the one after it.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ from bench.teach import percentile
 from core.database import documents as table
 from core.database import idempotency
 from core.documents import DocumentStore, body_hash, columns, key_hash
+from core.lifecycle import FINAL
 from core.versions import VersionStore, sha256_file
 
 OWNERS = [f"key-{i}" for i in range(10)]
@@ -97,6 +101,34 @@ def fill(data: Path, n: int, batch: int = 5000) -> None:
     (root / "served.json").write_text(json.dumps(list(range(1, version + 1))))
 
 
+def apparent_bytes(data: Path) -> int:
+    """The data folder's files, a hard-linked delta counted once per link (the disk n distinct deltas would take),
+    without the few files the links point to."""
+    sources = set((data / "versions").glob("delta*.safetensors"))
+    return sum(p.stat().st_size for p in data.rglob("*") if p.is_file() and p not in sources)
+
+
+def worker_first_job(env: dict[str, str], client: httpx.Client, document_id: str, timeout_s: float = 900) -> dict:
+    """A `ckl worker` started on the store, until the first posted document is final: its seconds, status and the
+    worker's peak RSS (sampled every 0.2 s)."""
+    import psutil
+
+    clock, peak = time.perf_counter(), 0
+    worker = subprocess.Popen([sys.executable, "-m", "ckl", "worker"], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        while (status := client.get(f"/documents/{document_id}").json()["status"]) not in FINAL:
+            if worker.poll() is not None or time.perf_counter() - clock > timeout_s:
+                raise RuntimeError(f"the worker did not finish {document_id} ({status})")
+            peak = max(peak, psutil.Process(worker.pid).memory_info().rss)
+            time.sleep(0.2)
+        return {"worker_first_final_s": round(time.perf_counter() - clock, 1), "worker_first_status": status,
+                "worker_peak_rss_mb": round(peak / 2**20)}
+    finally:
+        worker.terminate()
+        worker.wait(30)
+
+
 def commit_s(data: Path) -> dict[str, float]:
     """One more commit on the filled store, from this process: with nothing read yet (a worker's first job), and
     again with the manifests it read kept (every later job)."""
@@ -134,6 +166,11 @@ def timed(call, count: int) -> dict[str, float]:
     return {"p50_ms": round(1000 * percentile(seconds, 0.5), 1), "p95_ms": round(1000 * percentile(seconds, 0.95), 1)}
 
 
+def posted(i: int) -> dict:
+    """The i-th document the bench posts (its idempotency key gives its record back when posted again)."""
+    return {"text": f"Brannoch{i} is a town whose mayor is now Ilse Varga {i}.", "idempotency_key": f"bench-{i}"}
+
+
 def measure(n: int, models_dir: Path, requests: int) -> dict:
     import psutil
 
@@ -160,15 +197,16 @@ def measure(n: int, models_dir: Path, requests: int) -> dict:
                        "fill_s": round(fill_s, 1), "start_to_ready_s": round(ready_s, 1),
                        "list_first_page": timed(lambda _: client.get("/documents?limit=50"), requests),
                        "list_last_page": timed(lambda _: client.get(f"/documents?limit=50&offset={n - 50}"), requests),
-                       "post_document": timed(lambda i: client.post("/documents", json={
-                           "text": f"Brannoch{i} is a town whose mayor is now Ilse Varga {i}.",
-                           "idempotency_key": f"bench-{i}"}), requests),
+                       "post_document": timed(lambda i: client.post("/documents", json=posted(i)), requests),
                        "metrics": timed(lambda _: client.get("/metrics"), requests),
                        "v1_models": timed(lambda _: client.get("/v1/models"), requests)}
                 first = client.get("/documents?limit=1").json()["items"][0]["document_id"]
                 row["get_document"] = timed(lambda _: client.get(f"/documents/{first}"), max(3, requests // 10))
                 row["health_forgetting"] = timed(lambda _: client.get("/health/forgetting"), 3)
-            row["api_rss_mb"] = round(psutil.Process(server.pid).memory_info().rss / 2**20)
+                row["api_rss_mb"] = round(psutil.Process(server.pid).memory_info().rss / 2**20)
+                first_posted = client.post("/documents", json=posted(0)).json()["document_id"]  # its key again
+                row.update(worker_first_job(env, client, first_posted))
+            row["disk_gb"] = round(apparent_bytes(data) / 1e9, 2)
         finally:
             server.terminate()
             server.wait(30)

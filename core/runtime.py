@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from core import registry
 from core.documents import DocumentStore
-from core.model.loader import LoadedModel, load_model
+from core.model.loader import LoadedModel, load_model, sharing_weights
 from core.model.serving import ServingModel, install_committed
 from core.probes import ProbeSuites
 from core.queue import VERSION_CHANNEL, InProcessQueue, JobFunction, JobQueue, RQQueue, job_id_for
@@ -43,6 +43,9 @@ class Runtime:
     swaps: deque[float] = field(default_factory=lambda: deque(maxlen=1000))  # seconds each swap paused decoding
     # Whether the API is decoding (the generation service sets it): the embedded learner yields to it.
     decoding: Callable[[], bool] = lambda: False
+    # The embedded learner's model: the served model's weights under modules of its own (None under RQ, where a
+    # worker process loads its own, and for a 4-bit model).
+    learner_model: LoadedModel | None = None
     _wake: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
 
@@ -60,6 +63,8 @@ class Runtime:
             if s.method not in registry.servable():
                 raise ValueError(f"CKL_METHOD={s.method!r} is not a registered method ({', '.join(registry.servable())})")
             loaded = self.load() if self.load else load_model(s, progress=lambda msg: log.warning(msg))
+            if not s.redis_url and not s.load_in_4bit:
+                self.learner_model = sharing_weights(loaded)  # before serving attaches anything to `loaded`
             serving = ServingModel(loaded, s)
             self.suites.ensure_nf_suite(
                 s.model, lambda probes: serving.run(0, lambda m: score_probes(m, serving.tokenizer, probes)))

@@ -157,3 +157,30 @@ def test_a_rest_lasts_until_the_share_is_kept_or_decoding_ends():
     assert 0.2 <= YieldToServing(0.5, lambda: True)(0.2) < 1.0
     ends = time.perf_counter() + 0.1
     assert YieldToServing(0.01, lambda: time.perf_counter() < ends)(1.0) < 1.0  # not the 99 s the share asks
+
+
+@pytest.mark.parametrize("method", ["adapter", "memory", "routed"])
+def test_the_embedded_learner_learns_on_the_served_weights_and_leaves_them_as_they_were(tmp_path, monkeypatch, method):
+    """`ckl serve`'s wiring: the runtime hands the job its served weights under modules of their own. Each method
+    attaches its layers to the learner's modules and trains; the served model's version 0 stays bit-identical."""
+    import torch
+
+    from core.runtime import Runtime
+    from workers import job
+
+    settings = tiny_settings(tmp_path)
+    runtime = Runtime.create(settings, run_job=job.learn_document, load=tiny_loaded)
+    monkeypatch.setattr(job, "_learner", None)  # the process's learner, built by this test's configure
+    job.configure(settings, loaded=lambda: runtime.learner_model)
+    runtime.start()
+    assert runtime.error is None, runtime.error
+    served = runtime.serving
+    ids = torch.tensor([served.tokenizer("the capital of veltoria is")["input_ids"]])
+    before = served.run(0, lambda m: m(ids).logits.clone())
+    learner = job.process_learner()
+    served_weights = {p.data_ptr() for p in served.model.parameters()}
+    shared = [name for name, p in learner.model.named_parameters() if p.data_ptr() in served_weights]
+    assert len(shared) == len(list(runtime.learner_model.model.parameters())) > 0
+    assert learner.learn(submit(learner, {**FACT, "method": method})) == "committed"
+    assert learner.model is not served.model
+    assert torch.equal(served.run(0, lambda m: m(ids).logits), before)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from core.documents import DocumentStore
 from core.lifecycle import FINAL, Status, after_failed_attempt
+from core.model.loader import LoadedModel
 from core.queue import VERSION_CHANNEL, RQQueue
 from core.settings import Settings
 from core.versions import VersionStore
@@ -18,18 +19,20 @@ log = logging.getLogger(__name__)
 _settings: Settings | None = None
 _publish: Callable[[int], None] | None = None
 _busy: Callable[[], bool] | None = None
+_loaded: Callable[[], LoadedModel | None] | None = None
 _learner: Learner | None = None
 _lock = threading.Lock()
 
 
 def configure(settings: Settings, publish: Callable[[int], None] | None = None,
-              busy: Callable[[], bool] | None = None) -> None:
+              busy: Callable[[], bool] | None = None, loaded: Callable[[], LoadedModel | None] | None = None) -> None:
     """The settings (the command line's, flags included), version announcer and, in the API's process, whether
-    it is decoding (the learner yields to it) that this process's learner is built with; a process that never
-    calls this (a bare `rq worker`) builds it from CKL_* settings."""
-    global _settings, _publish, _busy
+    it is decoding (the learner yields to it) and the model to learn on (the served weights, shared) that this
+    process's learner is built with; a process that never calls this (a bare `rq worker`) builds it from CKL_*
+    settings and loads its own model."""
+    global _settings, _publish, _busy, _loaded
     with _lock:
-        _settings, _publish, _busy = settings, publish, busy
+        _settings, _publish, _busy, _loaded = settings, publish, busy, loaded
 
 
 def process_learner() -> Learner:
@@ -37,7 +40,8 @@ def process_learner() -> Learner:
     global _learner
     with _lock:
         if _learner is None:
-            _learner = Learner(_settings or Settings(), publish=_publish, busy=_busy)
+            _learner = Learner(_settings or Settings(), loaded=_loaded() if _loaded else None, publish=_publish,
+                               busy=_busy)
         return _learner
 
 

@@ -8,6 +8,8 @@ renamed into place at the end.
 """
 from __future__ import annotations
 
+import copy
+import itertools
 import logging
 import shutil
 import tempfile
@@ -114,3 +116,15 @@ def load_model(settings: Settings, progress=print) -> LoadedModel:
     model.eval()
     model.requires_grad_(False)
     return LoadedModel(model=model, tokenizer=tokenizer, device=device, name=settings.model)
+
+
+def sharing_weights(loaded: LoadedModel) -> LoadedModel:
+    """A second model over the same weight tensors: modules of its own (the hooks and layers a method attaches,
+    train and eval flags) and no second copy of the weights. Take it before anything is attached to `loaded`.
+    load_model freezes every weight, so a learner training its own parameters beside the served model never
+    writes one; the embedded learner holds this instead of loading the model again (docs/decisions.md, The
+    embedded learner shares the served model's weights)."""
+    tensors = {id(t): t for t in itertools.chain(loaded.model.parameters(), loaded.model.buffers())}
+    if any(t.requires_grad for t in tensors.values()):
+        raise ValueError("the model's weights must be frozen to be shared")
+    return LoadedModel(copy.deepcopy(loaded.model, tensors), loaded.tokenizer, loaded.device, loaded.name)
