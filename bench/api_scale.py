@@ -7,7 +7,8 @@ Per n: seconds from start to ready (every version's manifest read, the current v
 GET /documents?limit=50 (first and last page), POST /documents, GET /metrics, GET /v1/models, GET /documents/{id}
 (a lineage walk) and GET /health/forgetting (every version), the server's RSS after them; then a real `ckl worker`
 started on that store, which teaches the first posted document (no probes: auto-probes, training, the gate, the
-commit): the seconds from its start to that document's final status and its peak RSS; the data folder's bytes as
+commit), and, once it did, a second worker started after it, which teaches the next: each one's seconds from its
+start to the document's final status (None past --worker-timeout), the job's timings and the worker's peak RSS; the data folder's bytes as
 n distinct deltas would take them (each hard link counted); and the seconds of one more commit from a fresh
 process and of the one after it.
 """
@@ -108,24 +109,27 @@ def apparent_bytes(data: Path) -> int:
     return sum(p.stat().st_size for p in data.rglob("*") if p.is_file() and p not in sources)
 
 
-def worker_first_job(env: dict[str, str], client: httpx.Client, document_id: str, timeout_s: float = 900) -> dict:
-    """A `ckl worker` started on the store, until the first posted document is final: its seconds, status and the
-    worker's peak RSS (sampled every 0.2 s)."""
+def worker_job(env: dict[str, str], client: httpx.Client, document_id: str, timeout_s: float) -> dict:
+    """A `ckl worker` started on the store, until the posted document is final or `timeout_s` has passed: the
+    seconds (None past the time), the status, the job's timings and the worker's peak RSS (sampled every 0.2 s)."""
     import psutil
 
     clock, peak = time.perf_counter(), 0
     worker = subprocess.Popen([sys.executable, "-m", "ckl", "worker"], env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     try:
-        while (status := client.get(f"/documents/{document_id}").json()["status"]) not in FINAL:
-            if worker.poll() is not None or time.perf_counter() - clock > timeout_s:
-                raise RuntimeError(f"the worker did not finish {document_id} ({status})")
+        while (record := client.get(f"/documents/{document_id}").json())["status"] not in FINAL:
+            if worker.poll() is not None:
+                raise RuntimeError(f"the worker ended before {document_id} was final")
+            if time.perf_counter() - clock > timeout_s:
+                break
             peak = max(peak, psutil.Process(worker.pid).memory_info().rss)
             time.sleep(0.2)
-        return {"worker_first_final_s": round(time.perf_counter() - clock, 1), "worker_first_status": status,
-                "worker_peak_rss_mb": round(peak / 2**20)}
+        final = record["status"] in FINAL
+        return {"final_s": round(time.perf_counter() - clock, 1) if final else None, "status": record["status"],
+                "peak_rss_mb": round(peak / 2**20), "timings": record.get("timings")}
     finally:
-        worker.terminate()
+        worker.kill()  # stopped, it would first finish the job it has begun (minutes on a large store)
         worker.wait(30)
 
 
@@ -171,7 +175,11 @@ def posted(i: int) -> dict:
     return {"text": f"Brannoch{i} is a town whose mayor is now Ilse Varga {i}.", "idempotency_key": f"bench-{i}"}
 
 
-def measure(n: int, models_dir: Path, requests: int) -> dict:
+def posted_id(client: httpx.Client, i: int) -> str:
+    return client.post("/documents", json=posted(i)).json()["document_id"]  # its key gives its record back
+
+
+def measure(n: int, models_dir: Path, requests: int, worker_timeout_s: float) -> dict:
     import psutil
 
     with tempfile.TemporaryDirectory() as tmp, redis_without_worker() as redis_url:
@@ -204,8 +212,15 @@ def measure(n: int, models_dir: Path, requests: int) -> dict:
                 row["get_document"] = timed(lambda _: client.get(f"/documents/{first}"), max(3, requests // 10))
                 row["health_forgetting"] = timed(lambda _: client.get("/health/forgetting"), 3)
                 row["api_rss_mb"] = round(psutil.Process(server.pid).memory_info().rss / 2**20)
-                first_posted = client.post("/documents", json=posted(0)).json()["document_id"]  # its key again
-                row.update(worker_first_job(env, client, first_posted))
+                # A worker that starts on the store (no scores saved: it scores every learned fact first), then
+                # one started again after it committed (it reads the scores the first one saved).
+                # (The first is killed once its document is final; the job it had begun is left, as by a crash, and
+                # the second takes the first document still queued.)
+                row["worker_cold"] = worker_job(env, client, posted_id(client, 0), worker_timeout_s)
+                if row["worker_cold"]["final_s"] is not None:
+                    queued = next(d for i in range(1, requests) if (
+                        client.get(f"/documents/{(d := posted_id(client, i))}").json()["status"] == "queued"))
+                    row["worker_restarted"] = worker_job(env, client, queued, worker_timeout_s)
             row["disk_gb"] = round(apparent_bytes(data) / 1e9, 2)
         finally:
             server.terminate()
@@ -213,9 +228,9 @@ def measure(n: int, models_dir: Path, requests: int) -> dict:
         return {**row, **commit_s(data)}
 
 
-def api_rows(counts: list[int], models_dir: Path, requests: int) -> list[dict]:
+def api_rows(counts: list[int], models_dir: Path, requests: int, worker_timeout_s: float) -> list[dict]:
     rows = []
     for n in counts:
-        rows.append(measure(n, models_dir, requests))
+        rows.append(measure(n, models_dir, requests, worker_timeout_s))
         print(json.dumps(rows[-1]), flush=True)
     return rows

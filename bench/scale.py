@@ -182,6 +182,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--api", action="store_true",
                         help="also time a real server's endpoints with that many records (bench/api_scale.py)")
     parser.add_argument("--api-requests", type=int, default=40, help="requests per endpoint and size")
+    parser.add_argument("--worker-timeout", type=float, default=900,
+                        help="seconds a worker on the filled store may take for its document")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     settings = Settings()
@@ -194,7 +196,7 @@ def main(argv: list[str]) -> None:
         print(json.dumps(row), flush=True)
     files = deltas(settings, args.delta_files)
     print(json.dumps(files), flush=True)
-    api = api_rows(args.documents, settings.models_dir, args.api_requests) if args.api else []
+    api = api_rows(args.documents, settings.models_dir, args.api_requests, args.worker_timeout) if args.api else []
     out = args.out or RESULTS_ROOT / f"scale-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     results = {"routing": rows, "deltas": files, "api": api, "resident": config.resident, "zipf_s": 1.0,

@@ -87,6 +87,7 @@ class ProbeSuites:
         self._nf = root / "nf_suite.json"
         self._must_keep = root / "must_keep.json"
         self._general = root / "general.json"
+        self._scores = root / "scores.json"
         self._lock = FileLock(str(root / ".lock"))
 
     def nf_suite(self) -> dict[str, Any] | None:
@@ -124,6 +125,13 @@ class ProbeSuites:
                 made = dict(zip(prompts, map(digest, continue_all(prompts))))
                 write_json_atomic(self._general, {"model": model_name, "continuations": made})
             return made
+
+    def saved_scores(self) -> dict[str, Any] | None:
+        """The last committed version's probe scores, as workers/saved_scores.py wrote them."""
+        return read_json(self._scores)
+
+    def save_scores(self, saved: dict[str, Any]) -> None:
+        write_json_atomic(self._scores, saved)
 
     def must_keep(self) -> list[Probe]:
         return from_json(read_json(self._must_keep, []))

@@ -173,6 +173,13 @@ class UpdateMethod(ABC):
     def activate(self, route: Hashable | None) -> None:
         """Use `route` for the next forward passes (scoring a group of probes with the same route)."""
 
+    per_row = False  # whether rows of one forward pass may each have their own route (activate_rows)
+
+    def activate_rows(self, routes: list[Hashable | None]) -> None:
+        """Row i of the next forward passes uses `routes[i]` (scoring probes with different routes in one pass).
+        Only for a method with `per_row`."""
+        raise NotImplementedError(f"{type(self).__name__} routes the whole batch")
+
     def affected(self, prompt: str) -> bool:
         """Whether training may have changed the model's output for `prompt`. Every prompt, unless the method
         can tell: the gate then scores only the affected probes again."""

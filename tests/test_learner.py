@@ -1,5 +1,6 @@
 """The learner's pipeline on the tiny model: commit, reject with the reason, and a parent that moved, each with
 the status moves it makes (core/lifecycle.py)."""
+import json
 import time
 
 import pytest
@@ -184,3 +185,67 @@ def test_the_embedded_learner_learns_on_the_served_weights_and_leaves_them_as_th
     assert learner.learn(submit(learner, {**FACT, "method": method})) == "committed"
     assert learner.model is not served.model
     assert torch.equal(served.run(0, lambda m: m(ids).logits), before)
+
+
+def test_a_job_after_a_rejection_scores_none_of_its_parents_probes_again(tmp_path, monkeypatch):
+    """A rejection leaves the methods holding no version, not the parent's scores stale: the next job from the same
+    parent scores only its own new probe before training (at 100,000 documents the parent's are 90,000 probes)."""
+    learner = Learner(tiny_settings(tmp_path), loaded=tiny_loaded())
+    assert learner.learn(submit(learner)) == "committed"
+    untaught = {**FACT, "probes": [{"prompt": "the maker of the new product is", "answer": "berlin"}]}
+    assert learner.learn(submit(learner, untaught)) == "rejected"  # its text does not say so
+    calls = counting_scored(monkeypatch)
+    assert learner.learn(submit(learner, TOWER)) == "committed"
+    assert [(p.prompt, p.answer) for p in calls[0]] == [("the tower is located in", "rome")]
+
+
+def counting_scored(monkeypatch) -> list[list]:
+    """Every batch of probes the learner scores from now on (a list per call)."""
+    from workers import learner as learner_module
+
+    calls, score = [], learner_module.score_probes
+    monkeypatch.setattr(learner_module, "score_probes",
+                        lambda model, tokenizer, probes: calls.append(list(probes)) or score(model, tokenizer, probes))
+    return calls
+
+
+TOWER = {**FACT, "text": "the tower is located in rome", "probes": [{"prompt": "the tower is located in", "answer": "rome"}]}
+
+
+def test_a_learner_that_starts_reads_its_parents_scores_and_gates_as_if_it_had_scored_them(tmp_path, monkeypatch):
+    """A second learner on the data folder (a worker started again) scores only its document's own probe before
+    training; its record's scores are those of a learner that scored every probe (the saved file deleted)."""
+    import shutil
+
+    data = tmp_path / "data"
+    first = Learner(tiny_settings(data), loaded=tiny_loaded())
+    assert first.learn(submit(first)) == "committed"
+    shutil.copytree(data, tmp_path / "unsaved")
+    (tmp_path / "unsaved" / "probes" / "scores.json").unlink()
+    records = []
+    for folder in (data, tmp_path / "unsaved"):
+        calls = counting_scored(monkeypatch)
+        learner = Learner(tiny_settings(folder), loaded=tiny_loaded())
+        doc = submit(learner, TOWER)
+        assert learner.learn(doc) == "committed"
+        records.append((calls[0], learner.documents.get(doc)))
+    (read, saved), (scored, unsaved) = records
+    assert [(p.prompt, p.answer) for p in read] == [("the tower is located in", "rome")]
+    assert len(scored) > 1 and saved["scores"] == unsaved["scores"] and saved["gate"] == unsaved["gate"]
+
+
+def test_saved_scores_hold_only_for_what_they_were_saved_for():
+    from core.scoring import Probe
+    from workers import saved_scores
+
+    nf, fact = Probe("the sky is", "blue"), Probe("the capital of veltoria is", "marnhold")
+    suites = {"nf": [nf], "learned": [fact], "neighbours": []}
+    check = saved_scores.fingerprint(3, None, "tiny", {"routed": {"rank": 4}}, ["doc"], suites)
+    saved = saved_scores.to_saved(check, suites, {nf: 1.0, fact: 0.5})
+    assert saved_scores.from_saved(saved, check, suites) == {nf: 1.0, fact: 0.5}
+    assert not any(word in json.dumps(saved) for word in ("sky", "blue", "veltoria", "marnhold"))  # no probe's text
+    for other in [(4, None, "tiny", {"routed": {"rank": 4}}, ["doc"]), (3, frozenset({"t"}), "tiny", {"routed": {"rank": 4}}, ["doc"]),
+                  (3, None, "other", {"routed": {"rank": 4}}, ["doc"]), (3, None, "tiny", {"routed": {"rank": 8}}, ["doc"]),
+                  (3, None, "tiny", {"routed": {"rank": 4}}, ["another"])]:
+        assert saved_scores.from_saved(saved, saved_scores.fingerprint(*other, suites), suites) == {}
+    assert saved_scores.to_saved(check, suites, {nf: 1.0}) is None  # a probe without a score

@@ -39,7 +39,7 @@ from core.state import (
 )
 from core.training import Example, UpdateMethod
 from core.versions import AlreadyCommitted, ParentMoved, VersionStore
-from workers import gate, removal
+from workers import gate, removal, saved_scores
 from workers.run import RetryAfterRejection, Run
 from workers.weigher import Weigher
 from workers.yielding import YieldToServing
@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 
 MAX_PARENT_RETRIES = 3
 GENERAL_TOKENS = 8  # a general prompt's continuation compared with version 0's
+SCORE_BATCH = 32  # probes scored in one forward pass
 
 
 class Learner:
@@ -68,11 +69,13 @@ class Learner:
         self.lease = FileLock(str(root / "learner.lock"))
         self.weigher = Weigher(settings, self.model, self.tokenizer, self.model_name, self.method)
         self._last_scores: dict[Probe, float] = {}
-        # What the methods hold now, and the probe scores of that version: a job from the version this learner
-        # committed last neither loads the lineage nor scores the unchanged probes again.
+        # What the methods hold now, and the probe scores of a version as routed for some namespaces: a job from
+        # the version this learner committed last neither loads the lineage nor scores the unchanged probes again,
+        # and a job after a rejection (the methods then hold no version) scores none of its parent's again.
         self._loaded: int | None = None
         self._scores: dict[Probe, float] = {}
-        self._reach: frozenset[str] | None = None  # the namespaces the scores were routed for (None: all)
+        self._scored: tuple[int, frozenset[str] | None] | None = None  # (version, reach) of `_scores`
+        self._reach: frozenset[str] | None = None  # the namespaces the job in hand routes for (None: all)
         map_large_blocks()  # a long document's steps would otherwise leave their transients in RSS
 
     # -- the job ---------------------------------------------------------------------------------
@@ -186,12 +189,14 @@ class Learner:
         self._ensure_suites()
         if self._loaded != parent:
             self.load_state(resolve(self.versions, parent))
-            self._loaded, self._scores = parent, {}
+            self._loaded = parent
         # The document's namespace: it is gated on the prompts of the namespaces it can change answers in, routed as
         # they are asked there (a tenant's document cannot move, replace or erode another tenant's facts).
         namespace = namespace_of(record)
-        if reach(namespace) != self._reach:  # scores routed for other namespaces do not hold
-            self._reach, self._scores = reach(namespace), {}
+        self._reach = reach(namespace)
+        if self._scored != (parent, self._reach):  # scores of another version, or routed for other namespaces
+            self._scored, self._scores = (parent, self._reach), self._read_scores(parent)
+        fresh = not self._scores
         for each in self.methods.values():
             each.view(namespace)
         replaced: list[LearnedFact] = []
@@ -214,6 +219,8 @@ class Learner:
                                       for f in replaced]
             run.superseded = superseded(replaced, facts)
         self._scores = self._last_scores  # the parent's scores, every probe of the suites included
+        if fresh:  # a learner that starts scored them all: the next one need not
+            self._write_scores(parent)
         run.timings["score_before_s"] = time.perf_counter() - clock
         return run
 
@@ -300,7 +307,8 @@ class Learner:
         version = self.versions.commit(run.parent, run.method.delta(), manifest, spec.delta_file)
         faults.kill_point("after_commit")
         run.method.committed(version)
-        self._loaded, self._scores = version, self._last_scores
+        self._loaded, self._scores, self._scored = version, self._last_scores, (version, self._reach)
+        self._write_scores(version)
         run.timings["commit_s"] = time.perf_counter() - clock
         on_commit(version)
         self.documents.move(run.doc_id, Status.COMMITTED, version=version, timings=run.rounded_timings(), **outcome)
@@ -359,12 +367,31 @@ class Learner:
         changed = drifted(base, before or [], continuations)
         return {"general_drift": len(changed) / len(base) if base else None, "general_changed": changed}
 
+    def _lineage_suites(self, version: int) -> tuple[dict[str, list[Probe]], str]:
+        """The suites whose scores are saved for `version`, as routed for the job in hand's namespaces, and what
+        they hold for (workers/saved_scores.py)."""
+        facts = learned_facts(self.versions, version, self._reach)
+        suites = {"nf": self.suites.nf_probes(), "learned": [f.probe for f in facts],
+                  "neighbours": committed_neighbours(self.versions, version, self._reach)}
+        settings = {spec.name: self.settings.method_config(spec.name).model_dump() for spec in registry.registered()}
+        return suites, saved_scores.fingerprint(version, self._reach, self.model_name, settings,
+                                                [f.document_id for f in facts], suites)
+
+    def _read_scores(self, version: int) -> dict[Probe, float]:
+        suites, check = self._lineage_suites(version)
+        return saved_scores.from_saved(self.suites.saved_scores(), check, suites)
+
+    def _write_scores(self, version: int) -> None:
+        suites, check = self._lineage_suites(version)
+        if (saved := saved_scores.to_saved(check, suites, self._scores)) is not None:
+            self.suites.save_scores(saved)
+
     def score(self, suites: dict[str, list[Probe]], known: dict[Probe, float] | None = None) -> gate.SuiteScores:
         """Every suite's probe scores; probes in `known` keep their score. A probe is scored with the routes the
-        served model would take for it (probes with the same routes in one batch)."""
+        served model would take for it (_scored_batches)."""
         scores = dict(known or {})
-        for group in self._routed_groups([p for suite in suites.values() for p in suite if p not in scores]):
-            scores.update(zip(group, score_probes(self.model, self.tokenizer, group)))
+        for batch in self._scored_batches([p for suite in suites.values() for p in suite if p not in scores]):
+            scores.update(zip(batch, score_probes(self.model, self.tokenizer, batch)))
         self._last_scores = scores
         return gate.SuiteScores(**{name: [scores[p] for p in probes] for name, probes in suites.items()})
 
@@ -391,6 +418,28 @@ class Learner:
             self._scores = self._last_scores
             run.fields["neighbours"] = to_json(made)
             run.timings["neighbours_s"] = time.perf_counter() - clock
+
+    def _scored_batches(self, probes: list[Probe]) -> Iterator[list[Probe]]:
+        """The probes in batches of one forward pass, each batch's routes on while the caller scores it: a method
+        that routes per row (the routed one) gives each row its own route, so probes routed to different documents
+        share a pass; other methods' routes split the batches. None on after."""
+        per_row = [m for m in self.methods.values() if m.per_row]
+        shared = {name: m for name, m in self.methods.items() if not m.per_row}
+        groups: dict[tuple, list[Probe]] = {}
+        for probe in dict.fromkeys(probes):
+            groups.setdefault(tuple((name, m.route(probe.prompt)) for name, m in shared.items()), []).append(probe)
+        try:
+            for routes, group in groups.items():
+                for name, route in routes:
+                    self.methods[name].activate(route)
+                for start in range(0, len(group), SCORE_BATCH):
+                    batch = group[start:start + SCORE_BATCH]
+                    for method in per_row:
+                        method.activate_rows([method.route(p.prompt) for p in batch])
+                    yield batch
+        finally:
+            for method in self.methods.values():
+                method.activate(None)
 
     def _routed_groups(self, probes: list[Probe]) -> Iterator[list[Probe]]:
         """The probes in groups that take the same routes on every method, each group's routes on while the caller

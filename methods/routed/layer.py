@@ -99,14 +99,15 @@ class RoutedLora:
         self.bring(route or ())
         self.active, self.rows = route, None
 
-    def activate_rows(self, routes: list[tuple[str, ...] | None]) -> None:
+    def activate_rows(self, routes: list[tuple[str, ...] | None], restack: bool = False) -> None:
         """Each row of the next forward passes gets its own route's deltas (a row routed nowhere: none), so
-        sequences routed to different documents share one pass over the base model. For serving only: the rows'
-        factors are stacked once per set of routes and tensors (a document in training changes every step)."""
+        sequences routed to different documents share one pass over the base model. The rows' factors are stacked
+        once per set of routes and tensors; `restack` stacks them again (a document in training changes its
+        tensors in place)."""
         self.bring(tuple(dict.fromkeys(d for route in routes for d in route or ())))
         self.active, self.rows = None, tuple(routes)
         key = tuple((route, tuple(id(self.documents[d]) for d in route or ())) for route in routes)
-        if key != self._rows_key:
+        if restack or key != self._rows_key:
             held = [self.documents[d] for route in routes for d in route or ()]
             self._rows_key, self._rows_held, self._row_factors = key, held, {}
 

@@ -29,6 +29,7 @@ KEY_MAX_ZIPF = 4.5  # words more common than this (about 3 in 100,000 words of E
 # An answer's word in a key: a prompt that names it reaches the document ("the country whose capital is
 # Brannoch"), but it says nothing about which documents share a subject (Brannoch may have documents of its own).
 ANSWER = "= "
+FLOOR_SLACK = 1e-6  # an index's bound on a score, summed in another order, may round below the score itself
 RELATION_MAX_ZIPF = 5.5  # "president" (5.45) names a relation; "called", "city", "company" (5.6) say little
 
 
@@ -38,17 +39,20 @@ Keys = Sequence[tuple[str, dict[str, float]]]  # (document id, key) in teaching 
 class KeyIndex(Sequence):
     """Documents' keys in teaching order, with each document listed under the first word of each of its terms: a
     term matches only a prompt holding all its name's words, so a prompt is scored only against the documents
-    listed under its own words (the others score 0), and routing costs what the prompt names, not the number of
-    documents. `plus` adds a few keys (a candidate) on top without building the index again."""
+    listed under its own words (the others score 0) whose terms listed there weigh enough together to reach the
+    threshold (the others cannot), and routing costs what the prompt names, not the number of documents. `plus`
+    adds a few keys (a candidate) on top without building the index again."""
 
     def __init__(self, keys: Keys = ()) -> None:
         self._keys = list(keys)
         self._extra: list[tuple[str, dict[str, float]]] = []
         self._order = {document_id: i for i, (document_id, _) in enumerate(self._keys)}
-        self._by_word: dict[str, list[int]] = {}
+        # Per entry, each document listed there with the weight of its terms listed there: what the entry can add
+        # to its score at most.
+        self._by_word: dict[str, list[tuple[int, float]]] = {}
         for i, (_, key) in enumerate(self._keys):
-            for entry in {e for term in key for e in index_entries(term)}:
-                self._by_word.setdefault(entry, []).append(i)
+            for entry, most in entry_weights(key).items():
+                self._by_word.setdefault(entry, []).append((i, most))
 
     def __len__(self) -> int:
         return len(self._keys) + len(self._extra)
@@ -65,10 +69,16 @@ class KeyIndex(Sequence):
         joined.__dict__ = {**self.__dict__, "_extra": self._extra + list(keys)}
         return joined
 
-    def candidates(self, prompt_words: set[str]) -> list[tuple[str, dict[str, float]]]:
-        """The keys that share a word with the prompt, in teaching order (the added ones last)."""
+    def candidates(self, prompt_words: set[str], floor: float = 0.0) -> list[tuple[str, dict[str, float]]]:
+        """The keys that share a word with the prompt and whose terms listed under the prompt's words weigh at least
+        `floor` together (a key below it cannot score `floor`: its other terms do not match), in teaching order (the
+        added ones last)."""
         entries = {*prompt_words, "", *(f"{w}|{stem}" for w in prompt_words for stem in stems(prompt_words))}
-        listed = sorted({i for entry in entries for i in self._by_word.get(entry, ())})
+        bound: dict[int, float] = {}
+        for entry in entries:
+            for i, most in self._by_word.get(entry, ()):
+                bound[i] = bound.get(i, 0.0) + most
+        listed = sorted(i for i, most in bound.items() if most >= floor - FLOOR_SLACK)
         return [self._keys[i] for i in listed] + self._extra
 
     def in_order(self, document_ids: set[str]) -> tuple[str, ...]:
@@ -81,15 +91,24 @@ class KeyIndex(Sequence):
         return dict(self._extra)[document_id]
 
 
-def candidates(keys: Keys, prompt_words: set[str]) -> Keys:
-    """The keys a prompt could reach: an index's candidates, or every key of a plain list."""
-    return keys.candidates(prompt_words) if isinstance(keys, KeyIndex) else keys
+def candidates(keys: Keys, prompt_words: set[str], floor: float = 0.0) -> Keys:
+    """The keys a prompt could reach with a score of `floor`: an index's candidates, or every key of a plain list."""
+    return keys.candidates(prompt_words, floor) if isinstance(keys, KeyIndex) else keys
 
 
 def in_order(keys: Keys, document_ids: set[str]) -> tuple[str, ...]:
     if isinstance(keys, KeyIndex):
         return keys.in_order(document_ids)
     return tuple(document_id for document_id, _ in keys if document_id in document_ids)
+
+
+def entry_weights(key: dict[str, float]) -> dict[str, float]:
+    """Each index entry of a key with the weight of the key's terms listed under it."""
+    weights: dict[str, float] = {}
+    for term, value in key.items():
+        for entry in set(index_entries(term)):
+            weights[entry] = weights.get(entry, 0.0) + value
+    return weights
 
 
 def index_entries(term: str) -> list[str]:
@@ -204,7 +223,7 @@ def route(prompt: str, keys: Keys, threshold: float) -> tuple[str, ...] | None:
     capital is Brannoch"): it goes to the documents whose answers it names, and to those they share a subject
     with."""
     prompt_words = words(prompt)
-    nearby = candidates(keys, prompt_words)
+    nearby = candidates(keys, prompt_words, threshold)  # a key below it is routed to neither way
     scored = [(document_id, *scores(prompt_words, key)) for document_id, key in nearby]  # one pass
     if about := tuple(document_id for document_id, named, _ in scored if named >= threshold):
         return about
@@ -230,7 +249,7 @@ def asked(key: dict[str, float]) -> dict[str, float]:
 
 
 def reached(prompt_words: set[str], keys: Keys, threshold: float) -> tuple[str, ...] | None:
-    ids = tuple(document_id for document_id, key in candidates(keys, prompt_words)
+    ids = tuple(document_id for document_id, key in candidates(keys, prompt_words, threshold)
                 if score(prompt_words, key) >= threshold)
     return ids or None
 

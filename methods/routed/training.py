@@ -136,6 +136,11 @@ class RoutedMethod(UpdateMethod):
     def activate(self, route: Hashable | None) -> None:
         self.lora.activate(route)
 
+    per_row = True
+
+    def activate_rows(self, routes: list[Hashable | None]) -> None:
+        self.lora.activate_rows(routes, restack=True)  # the candidate's tensors change between two scorings
+
     def affected(self, prompt: str) -> bool:
         """Only prompts whose route the candidate changed: those that name the new document (beside the others of
         its subject), and those routed to a document taken out (removed, retired) or put back."""
