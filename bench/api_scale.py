@@ -8,9 +8,9 @@ GET /documents?limit=50 (first and last page), POST /documents, GET /metrics, GE
 (a lineage walk) and GET /health/forgetting (every version), the server's RSS after them; then a real `ckl worker`
 started on that store, which teaches the first posted document (no probes: auto-probes, training, the gate, the
 commit), and, once it did, a second worker started after it, which teaches the next: each one's seconds from its
-start to the document's final status (None past --worker-timeout), the job's timings and the worker's peak RSS; the data folder's bytes as
-n distinct deltas would take them (each hard link counted); and the seconds of one more commit from a fresh
-process and of the one after it.
+start to the document's final status (None past --worker-timeout), the job's timings and the worker's peak RSS;
+the data folder's bytes as n distinct deltas would take them (each hard link counted); and the seconds of one
+more commit from a fresh process and of the one after it.
 """
 from __future__ import annotations
 
@@ -213,9 +213,9 @@ def measure(n: int, models_dir: Path, requests: int, worker_timeout_s: float) ->
                 row["health_forgetting"] = timed(lambda _: client.get("/health/forgetting"), 3)
                 row["api_rss_mb"] = round(psutil.Process(server.pid).memory_info().rss / 2**20)
                 # A worker that starts on the store (no scores saved: it scores every learned fact first), then
-                # one started again after it committed (it reads the scores the first one saved).
-                # (The first is killed once its document is final; the job it had begun is left, as by a crash, and
-                # the second takes the first document still queued.)
+                # one started again after it committed (it reads the scores the first one saved). The first is
+                # killed once its document is final: the job it had begun is left, as by a crash, and the second
+                # takes the first document still queued.
                 row["worker_cold"] = worker_job(env, client, posted_id(client, 0), worker_timeout_s)
                 if row["worker_cold"]["final_s"] is not None:
                     queued = next(d for i in range(1, requests) if (

@@ -187,18 +187,6 @@ def test_the_embedded_learner_learns_on_the_served_weights_and_leaves_them_as_th
     assert torch.equal(served.run(0, lambda m: m(ids).logits), before)
 
 
-def test_a_job_after_a_rejection_scores_none_of_its_parents_probes_again(tmp_path, monkeypatch):
-    """A rejection leaves the methods holding no version, not the parent's scores stale: the next job from the same
-    parent scores only its own new probe before training (at 100,000 documents the parent's are 90,000 probes)."""
-    learner = Learner(tiny_settings(tmp_path), loaded=tiny_loaded())
-    assert learner.learn(submit(learner)) == "committed"
-    untaught = {**FACT, "probes": [{"prompt": "the maker of the new product is", "answer": "berlin"}]}
-    assert learner.learn(submit(learner, untaught)) == "rejected"  # its text does not say so
-    calls = counting_scored(monkeypatch)
-    assert learner.learn(submit(learner, TOWER)) == "committed"
-    assert [(p.prompt, p.answer) for p in calls[0]] == [("the tower is located in", "rome")]
-
-
 def counting_scored(monkeypatch) -> list[list]:
     """Every batch of probes the learner scores from now on (a list per call)."""
     from workers import learner as learner_module
@@ -210,6 +198,18 @@ def counting_scored(monkeypatch) -> list[list]:
 
 
 TOWER = {**FACT, "text": "the tower is located in rome", "probes": [{"prompt": "the tower is located in", "answer": "rome"}]}
+
+
+def test_a_job_after_a_rejection_scores_none_of_its_parents_probes_again(tmp_path, monkeypatch):
+    """A rejection leaves the methods holding no version, not the parent's scores stale: the next job from the same
+    parent scores only its own new probe before training (at 100,000 documents the parent's are 90,000 probes)."""
+    learner = Learner(tiny_settings(tmp_path), loaded=tiny_loaded())
+    assert learner.learn(submit(learner)) == "committed"
+    untaught = {**FACT, "probes": [{"prompt": "the maker of the new product is", "answer": "berlin"}]}
+    assert learner.learn(submit(learner, untaught)) == "rejected"  # its text does not say so
+    calls = counting_scored(monkeypatch)
+    assert learner.learn(submit(learner, TOWER)) == "committed"
+    assert [(p.prompt, p.answer) for p in calls[0]] == [("the tower is located in", "rome")]
 
 
 def test_a_learner_that_starts_reads_its_parents_scores_and_gates_as_if_it_had_scored_them(tmp_path, monkeypatch):
