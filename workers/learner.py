@@ -424,29 +424,20 @@ class Learner:
         that routes per row (the routed one) gives each row its own route, so probes routed to different documents
         share a pass; other methods' routes split the batches. None on after."""
         per_row = [m for m in self.methods.values() if m.per_row]
-        shared = {name: m for name, m in self.methods.items() if not m.per_row}
-        groups: dict[tuple, list[Probe]] = {}
-        for probe in dict.fromkeys(probes):
-            groups.setdefault(tuple((name, m.route(probe.prompt)) for name, m in shared.items()), []).append(probe)
-        try:
-            for routes, group in groups.items():
-                for name, route in routes:
-                    self.methods[name].activate(route)
-                for start in range(0, len(group), SCORE_BATCH):
-                    batch = group[start:start + SCORE_BATCH]
-                    for method in per_row:
-                        method.activate_rows([method.route(p.prompt) for p in batch])
-                    yield batch
-        finally:
-            for method in self.methods.values():
-                method.activate(None)
+        for group in self._routed_groups(probes, rows_apart=True):
+            for start in range(0, len(group), SCORE_BATCH):
+                batch = group[start:start + SCORE_BATCH]
+                for method in per_row:
+                    method.activate_rows([method.route(p.prompt) for p in batch])
+                yield batch
 
-    def _routed_groups(self, probes: list[Probe]) -> Iterator[list[Probe]]:
-        """The probes in groups that take the same routes on every method, each group's routes on while the caller
-        uses it; none after."""
+    def _routed_groups(self, probes: list[Probe], rows_apart: bool = False) -> Iterator[list[Probe]]:
+        """The probes in groups that take the same routes on every method (with `rows_apart`, on every method that
+        does not route per row), each group's routes on while the caller uses it; none after."""
+        splitting = {name: m for name, m in self.methods.items() if not (rows_apart and m.per_row)}
         groups: dict[tuple, list[Probe]] = {}
         for probe in dict.fromkeys(probes):
-            routes = tuple((name, m.route(probe.prompt)) for name, m in self.methods.items())
+            routes = tuple((name, m.route(probe.prompt)) for name, m in splitting.items())
             groups.setdefault(routes, []).append(probe)
         try:
             for routes, group in groups.items():
