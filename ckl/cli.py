@@ -149,18 +149,21 @@ def cmd_status(args: argparse.Namespace) -> None:
 
 def cmd_calibrate(args: argparse.Namespace) -> None:
     from core.model.loader import load_model
-    from core.probes import ProbeSuites, read_probe_file, shipped_pool
-    from core.scoring import score_probes
+    from core.probes import GENERAL_TOKENS, ProbeSuites, read_probe_file, shipped_pool
+    from core.scoring import greedy_continuations, score_probes
 
     settings = settings_from(args)
     loaded = load_model(settings, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     pool = read_probe_file(Path(args.from_file)) if args.from_file else shipped_pool()
     if args.limit:
         pool = pool[: args.limit]
-    suite = ProbeSuites(settings.data_dir / "probes").calibrate(
-        settings.model, pool, lambda probes: score_probes(loaded.model, loaded.tokenizer, probes))
+    suites = ProbeSuites(settings.data_dir / "probes")
+    suite = suites.calibrate(settings.model, pool, lambda probes: score_probes(loaded.model, loaded.tokenizer, probes))
     print(f"NF suite: kept {len(suite['probes'])} of {len(pool)} probes the base model answers "
           f"({settings.data_dir / 'probes' / 'nf_suite.json'})")
+    # Version 0's continuations of the general prompts too, if not made yet: the server makes both at start.
+    suites.ensure_general(settings.model, lambda prompts: greedy_continuations(
+        loaded.model, loaded.tokenizer, prompts, GENERAL_TOKENS))
 
 
 BENCHES = {"generate": "bench.generate", "serve": "bench.serve", "dtype": "bench.dtype", "teach": "bench.teach",
@@ -279,7 +282,8 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
     """probes, train-attention, weights, export, bench: the model's data, phi, and measurements."""
     p = sub.add_parser("probes", help="probe suites")
     probes_sub = p.add_subparsers(dest="probes_command", required=True)
-    c = probes_sub.add_parser("calibrate", help="score a pool on the base model and keep what it answers as the NF suite")
+    c = probes_sub.add_parser("calibrate", help="score a pool on the base model and keep what it answers as the NF "
+                                                "suite (and make version 0's general-prompt continuations)")
     local(c)
     c.add_argument("--from", dest="from_file", help="TSV, JSONL {prompt, answer} or LAMA-ckl rows (default: shipped pool)")
     c.add_argument("--limit", type=int)

@@ -21,6 +21,9 @@ from core.scoring import Probe
 ScoreFn = Callable[[list[Probe]], list[float]]
 
 
+GENERAL_TOKENS = 8  # a general prompt's continuation compared with version 0's
+
+
 def shipped_pool() -> list[Probe]:
     return read_probe_file(Path(str(files("core").joinpath("data/probe_pool.tsv"))))
 

@@ -12,9 +12,9 @@ from core import registry
 from core.documents import DocumentStore
 from core.model.loader import LoadedModel, load_model, sharing_weights
 from core.model.serving import ServingModel, install_committed
-from core.probes import ProbeSuites
+from core.probes import GENERAL_TOKENS, ProbeSuites
 from core.queue import VERSION_CHANNEL, InProcessQueue, JobFunction, JobQueue, RQQueue, job_id_for
-from core.scoring import score_probes
+from core.scoring import greedy_continuations, score_probes
 from core.settings import Settings
 from core.versions import UnknownVersion, VersionStore
 
@@ -66,8 +66,11 @@ class Runtime:
             if not s.redis_url and not s.load_in_4bit:
                 self.learner_model = sharing_weights(loaded)  # before serving attaches anything to `loaded`
             serving = ServingModel(loaded, s)
+            # Version 0's suites, made before serving: a first document making them would stall decoding for seconds.
             self.suites.ensure_nf_suite(
                 s.model, lambda probes: serving.run(0, lambda m: score_probes(m, serving.tokenizer, probes)))
+            self.suites.ensure_general(s.model, lambda prompts: serving.run(
+                0, lambda m: greedy_continuations(m, serving.tokenizer, prompts, GENERAL_TOKENS)))
             if orphans := self.versions.reconcile():
                 log.warning("version folders never made current (a crash during a commit), flagged: %s", orphans)
             self._install_newest_good(serving)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -184,6 +184,10 @@ class UpdateMethod(ABC):
         """Whether training may have changed the model's output for `prompt`. Every prompt, unless the method
         can tell: the gate then scores only the affected probes again."""
         return True
+
+    def affected_among(self, prompts: Iterable[str]) -> set[str]:
+        """The `prompts` that are `affected`; a method that can tell without asking for each one overrides it."""
+        return {prompt for prompt in prompts if self.affected(prompt)}
 
     def remove(self, removed: dict[str, Any], later: list[dict[str, Any]], load_delta: LoadDelta, earlier: Any,
                relearn: Callable[[], None]) -> bool:

@@ -132,7 +132,8 @@ class Server(Proc):
 
 @pytest.fixture(scope="session")
 def nf_suite_file(real_model_dir: Path, tmp_path_factory) -> Path:
-    """The NF suite calibrated once on the real model, copied into each server's data folder."""
+    """The NF suite calibrated once on the real model, copied into each server's data folder with version 0's
+    general-prompt continuations (made by the same command beside it)."""
     data = tmp_path_factory.mktemp("calibration")
     subprocess.run([sys.executable, "-m", "ckl", "probes", "calibrate", "--data-dir", str(data)],
                    env={**os.environ, "CKL_MODEL_CACHE_DIR": str(MODEL_CACHE)}, cwd=ROOT, check=True)
@@ -143,6 +144,7 @@ def fresh_data_dir(tmp_path: Path, nf_suite_file: Path) -> Path:
     data = tmp_path / "data"
     (data / "probes").mkdir(parents=True)
     shutil.copy(nf_suite_file, data / "probes" / "nf_suite.json")
+    shutil.copy(nf_suite_file.with_name("general.json"), data / "probes" / "general.json")
     return data
 
 

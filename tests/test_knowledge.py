@@ -95,6 +95,7 @@ def test_each_version_says_which_general_prompts_it_continues_otherwise_than_ver
         return client.post("/v1/completions", json=body).json()["choices"][0]["text"]
 
     with tiny_client(tiny_settings(tmp_path, methods=FAST)) as client:
+        assert client.learner.suites.general() is not None  # made by the server before it was ready
         wait_final(client, client.post("/documents", json=VELTORIA).json()["document_id"])
         adapter = {**BRENNORIA, "method": "adapter"}  # a whole-state delta: every prompt may move
         wait_final(client, client.post("/documents", json=adapter).json()["document_id"])

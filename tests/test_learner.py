@@ -1,6 +1,7 @@
 """The learner's pipeline on the tiny model: commit, reject with the reason, and a parent that moved, each with
 the status moves it makes (core/lifecycle.py)."""
 import json
+import math
 import time
 
 import pytest
@@ -9,7 +10,7 @@ from core.versions import VersionStore
 from tests.api_app import tiny_settings
 from tests.tiny import tiny_loaded
 from workers import gate
-from workers.learner import Learner
+from workers.learner import SCORE_BATCH, Learner
 from workers.yielding import YieldToServing, rest_after
 
 FACT = {"text": "the capital of veltoria is marnhold", "method": "adapter", "weighting": "oracle",
@@ -143,7 +144,10 @@ def test_while_serving_decodes_the_learner_rests_between_steps_and_the_rests_do_
     assert learner.learn(doc) == "committed"
     training = learner.documents.get(doc)["training"]
     timings = learner.documents.get(doc)["timings"]
-    assert len(steps_s) == training["steps"] - 1 + 3  # between steps, and after scoring, weighing and the gate
+    # Between steps, after the phases (scoring, weighing, the gate), and after each batch of probes scored: the
+    # suites before training (the NF suite and the document's probe), and its probe again at the gate.
+    scored = math.ceil((len(learner.suites.nf_probes()) + 1) / SCORE_BATCH) + 1
+    assert len(steps_s) == training["steps"] - 1 + 3 + scored
     assert training["rested_s"] + timings["rested_s"] == pytest.approx(sum(rests_s), abs=0.01)
     assert all(rested >= worked for worked, rested in zip(steps_s, rests_s))
     idle = Learner(tiny_settings(tmp_path / "idle"), loaded=tiny_loaded())  # nothing decodes: no rest

@@ -3,7 +3,7 @@ import re
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from core.model.generation import SamplingParams, generate
@@ -168,3 +168,24 @@ def test_the_index_routes_exactly_as_the_scan(keys, prompt_words, extra):
     for _, key in listed:
         assert routing.related(key, index, THRESHOLD) == routing.related(key, scan, THRESHOLD)
     assert list(index) == scan and all(index.key_of(d) == key for d, key in scan)
+
+
+@settings(max_examples=300, deadline=None)
+@given(keys_lists, keys_lists, st.lists(st.booleans(), max_size=12), st.lists(st.sampled_from(WORDS), max_size=6))
+# A prompt naming an answer ("marnhold") goes to its document and those of the same subject: a new document about
+# that subject changes its route, though the prompt names none of the new document's words.
+@example([{routing.ANSWER + "marnhold": 3.0, "veltoria": 3.0}], [{"veltoria": 3.0, "scooter": 1.0}], [], ["marnhold"])
+def test_a_route_changes_only_for_a_prompt_that_may_reroute(keys, added, kept, prompt_words):
+    """Keys taken out and added (a removal, a retirement, a candidate): a prompt whose route differs is one
+    `may_reroute` names, so the gate need route no other prompt again."""
+    before = [(f"d{i}", key) for i, key in enumerate(keys)]
+    after = [each for each, keep in zip(before, kept + [True] * len(before)) if keep]
+    after += [(f"n{i}", key) for i, key in enumerate(added)]
+    index_before, index_after = routing.KeyIndex(before), routing.KeyIndex(after[:len(after) // 2]).plus(
+        after[len(after) // 2:])
+    watch = routing.watched(routing.changed(index_before, index_after), [index_before, index_after])
+    assert watch == routing.watched(routing.changed(before, after), [before, after])
+    prompt = " ".join(prompt_words)
+    if routing.route(prompt, index_before, THRESHOLD) != routing.route(prompt, index_after, THRESHOLD):
+        assert routing.may_reroute(set(prompt_words), watch, index_before, THRESHOLD)
+        assert routing.may_reroute(set(prompt_words), watch, index_after, THRESHOLD)

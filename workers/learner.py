@@ -12,7 +12,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from filelock import FileLock
 
@@ -24,7 +24,7 @@ from core.memory import map_large_blocks
 from core.model.loader import LoadedModel, load_model
 from core.namespaces import namespace_of, reach
 from core.neighbours import familiar_subjects, neighbour_prompts
-from core.probes import ProbeSuites, drifted, from_json, to_json
+from core.probes import GENERAL_TOKENS, ProbeSuites, drifted, from_json, to_json
 from core.scoring import Probe, accuracy, greedy_continuations, score_probes
 from core.settings import Settings
 from core.state import (
@@ -45,9 +45,9 @@ from workers.weigher import Weigher
 from workers.yielding import YieldToServing
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_PARENT_RETRIES = 3
-GENERAL_TOKENS = 8  # a general prompt's continuation compared with version 0's
 SCORE_BATCH = 32  # probes scored in one forward pass
 
 
@@ -69,6 +69,7 @@ class Learner:
         self.lease = FileLock(str(root / "learner.lock"))
         self.weigher = Weigher(settings, self.model, self.tokenizer, self.model_name, self.method)
         self._last_scores: dict[Probe, float] = {}
+        self._sliced = [0.0, 0.0]  # within the phase in hand: the work rested for slice by slice, and those rests
         # What the methods hold now, and the probe scores of a version as routed for some namespaces: a job from
         # the version this learner committed last neither loads the lineage nor scores the unchanged probes again,
         # and a job after a rejection (the methods then hold no version) scores none of its parent's again.
@@ -165,9 +166,19 @@ class Learner:
         return self.finish(run, probes=to_json(own), may_retry=retry is None)
 
     def rest_after_phase(self, run: Run, phase: str) -> None:
-        """A rest after a phase of the job (yielding to serving, as between training steps), on the record."""
+        """A rest after a phase of the job (yielding to serving, as between training steps), on the record. A phase
+        that rested after each slice of its work (`_rest_after_slice`) rests now for the rest of it; its timing is
+        its work, the rests left out."""
         if phase in run.timings:
-            run.timings["rested_s"] = run.timings.get("rested_s", 0.0) + self.rest(run.timings[phase])
+            (work, rests), self._sliced = self._sliced, [0.0, 0.0]
+            run.timings[phase] -= rests
+            rested = rests + self.rest(max(0.0, run.timings[phase] - work))
+            run.timings["rested_s"] = run.timings.get("rested_s", 0.0) + rested
+
+    def _rest_after_slice(self, worked_s: float) -> None:
+        """A rest within a phase, after one slice of it (a batch of probes scored): a long phase yields as often as
+        training does, not once at its end."""
+        self._sliced = [self._sliced[0] + worked_s, self._sliced[1] + self.rest(worked_s)]
 
     def _own_probes(self, record: dict[str, Any]) -> list[Probe]:
         """The document's probes; for one sent without any, those made from its text, kept on the record."""
@@ -186,6 +197,7 @@ class Learner:
                 learned: list[Probe] | None = None) -> Run:
         """The parent's state on every method, the suites to gate on, and their scores before training."""
         method = self.method(name)
+        clock, self._sliced = time.perf_counter(), [0.0, 0.0]
         self._ensure_suites()
         if self._loaded != parent:
             self.load_state(resolve(self.versions, parent))
@@ -212,7 +224,6 @@ class Learner:
                       if not any(same_prompt(n.prompt, p.prompt) for p in own)]
         suites = {"nf": self.suites.nf_probes(), "learned": learned, "must_keep": self.suites.must_keep(),
                   "own": list(own), "neighbours": neighbours}
-        clock = time.perf_counter()
         run = Run(record, parent, method, suites, self.score(suites, self._scores))
         if replaced:
             run.fields["replaces"] = [{"prompt": f.probe.prompt, "answer": f.probe.answer, "document_id": f.document_id}
@@ -232,8 +243,9 @@ class Learner:
         how = self.weigher.weighting(run.record.get("weighting") or self.settings.weighting)
         examples, shown = self.weigher.examples({**run.record, "weighting": how}, run.suites["own"])
         if run.method.probe_contexts:
-            moved = [p for p in run.suites["learned"] + run.suites["neighbours"] if run.method.affected(p.prompt)]
-            run.replay = self.weigher.probe_examples(moved)
+            probes = run.suites["learned"] + run.suites["neighbours"]
+            moved = run.method.affected_among(p.prompt for p in probes)
+            run.replay = self.weigher.probe_examples([p for p in probes if p.prompt in moved])
         self.documents.update(run.doc_id, weighting_used=how, **shown, scores={"before": run.before.summary()})
         return examples
 
@@ -272,7 +284,8 @@ class Learner:
         self.documents.move(run.doc_id, Status.EVALUATING)
         clock = time.perf_counter()
         before = self._scores
-        after = self.score(run.suites, {p: s for p, s in before.items() if not run.method.affected(p.prompt)})
+        moved = run.method.affected_among({p.prompt for p in before})
+        after = self.score(run.suites, {p: s for p, s in before.items() if p.prompt not in moved})
         decision = gate.decide(run.before, after, nf_version_0=1.0, nf_tolerance=self.settings.nf_tolerance,
                                learned_tolerance=self.settings.learned_tolerance,
                                neighbour_tolerance=self.settings.neighbour_tolerance,
@@ -390,7 +403,8 @@ class Learner:
         """Every suite's probe scores; probes in `known` keep their score. A probe is scored with the routes the
         served model would take for it (_scored_batches)."""
         scores = dict(known or {})
-        for batch in self._scored_batches([p for suite in suites.values() for p in suite if p not in scores]):
+        for batch in self._sliced_batches(self._scored_batches([p for suite in suites.values() for p in suite
+                                                                if p not in scores])):
             scores.update(zip(batch, score_probes(self.model, self.tokenizer, batch)))
         self._last_scores = scores
         return gate.SuiteScores(**{name: [scores[p] for p in probes] for name, probes in suites.items()})
@@ -418,6 +432,13 @@ class Learner:
             self._scores = self._last_scores
             run.fields["neighbours"] = to_json(made)
             run.timings["neighbours_s"] = time.perf_counter() - clock
+
+    def _sliced_batches(self, batches: Iterator[T]) -> Iterator[T]:
+        """The batches, with a rest after each one's work (`_rest_after_slice`)."""
+        for batch in batches:
+            clock = time.perf_counter()
+            yield batch
+            self._rest_after_slice(time.perf_counter() - clock)
 
     def _scored_batches(self, probes: list[Probe]) -> Iterator[list[Probe]]:
         """The probes in batches of one forward pass, each batch's routes on while the caller scores it: a method

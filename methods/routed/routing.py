@@ -19,7 +19,7 @@ at a prompt encode its template, not its subject (docs/decisions.md: "Routing ke
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from wordfreq import zipf_frequency
 
@@ -53,6 +53,7 @@ class KeyIndex(Sequence):
         for i, (_, key) in enumerate(self._keys):
             for entry, most in entry_weights(key).items():
                 self._by_word.setdefault(entry, []).append((i, most))
+        self._answers = answer_words(self._keys)
 
     def __len__(self) -> int:
         return len(self._keys) + len(self._extra)
@@ -68,6 +69,10 @@ class KeyIndex(Sequence):
         joined = object.__new__(KeyIndex)
         joined.__dict__ = {**self.__dict__, "_extra": self._extra + list(keys)}
         return joined
+
+    def answer_words(self) -> set[str]:
+        """The first words of the keys' answers' terms (routing.answer_words)."""
+        return self._answers | answer_words(self._extra)
 
     def candidates(self, prompt_words: set[str], floor: float = 0.0) -> list[tuple[str, dict[str, float]]]:
         """The keys that share a word with the prompt and whose terms listed under the prompt's words weigh at least
@@ -102,6 +107,50 @@ def in_order(keys: Keys, document_ids: set[str]) -> tuple[str, ...]:
     return tuple(document_id for document_id, _ in keys if document_id in document_ids)
 
 
+def changed(before: Keys, after: Keys) -> Keys:
+    """The keys of the documents in only one of `before` and `after` (or with another key in each)."""
+    old, new = dict(before), dict(after)
+    return [(d, key) for d, key in old.items() if d not in new] + \
+        [(d, key) for d, key in new.items() if (was := old.get(d)) is not key and was != key]
+
+
+class Watched(NamedTuple):
+    """The words a prompt's route may differ by between two sets of keys (`watched`); None: any prompt's may."""
+    names: set[str] | None  # the first words of the changed keys' terms (None: a term without a name)
+    answers: set[str] | None  # the first words of every answer in either set
+
+
+def watched(changed_keys: Keys, keys: Iterable[Keys]) -> Watched:
+    """What `may_reroute` looks for, between two sets of keys (`keys`) that differ by `changed_keys`."""
+    names = {first_word(term) for _, key in changed_keys for term in key}
+    answers: set[str] | None = set().union(*(answer_words(each) for each in keys))
+    return Watched(None if "" in names else names, None if "" in answers else answers)
+
+
+def may_reroute(prompt_words: set[str], watch: Watched, keys: Keys, threshold: float) -> bool:
+    """Whether a prompt's route may differ between two sets of keys (`keys`: either one). A changed route takes in
+    a document only one set holds: the prompt names one of its terms, and so the first word of that term; or the
+    prompt is about no document (then the same in both sets) and names the answer of one that shares a subject with
+    the changed one ("the country whose capital is Brannoch"). Neither: the route is the same, not computed."""
+    if watch.names is None or not watch.names.isdisjoint(prompt_words):
+        return True
+    if watch.answers is not None and watch.answers.isdisjoint(prompt_words):
+        return False
+    return reached(prompt_words, keys, threshold) is None
+
+
+def first_word(term: str) -> str:
+    """The first word of a term's name, which every prompt it matches holds ("" for a term without a name)."""
+    return (term.removeprefix(ANSWER).partition("|")[0].split() or [""])[0]
+
+
+def answer_words(keys: Keys) -> set[str]:
+    """The first words of the keys' answers' terms."""
+    if isinstance(keys, KeyIndex):
+        return keys.answer_words()
+    return {first_word(term) for _, key in keys for term in key if term.startswith(ANSWER)}
+
+
 def entry_weights(key: dict[str, float]) -> dict[str, float]:
     """Each index entry of a key with the weight of the key's terms listed under it."""
     weights: dict[str, float] = {}
@@ -116,8 +165,7 @@ def index_entries(term: str) -> list[str]:
     "brannoch"); a name with relation words under that word and each relation's stem ("paris | mayor": "paris|mayor"),
     so a prompt about Paris's other facts is not scored against every document about Paris; a term without a name
     (it matches every prompt) under ""."""
-    name, _, relation = term.removeprefix(ANSWER).partition("|")
-    first = (name.split() or [""])[0]
+    first, relation = first_word(term), term.partition("|")[2]
     if not relation or not first:
         return [first]
     return [f"{first}|{stem}" for stem in stems(relation.split())]

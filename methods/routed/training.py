@@ -11,7 +11,7 @@ context.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from functools import partial
 from typing import Any
 
@@ -22,6 +22,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from core.namespaces import SHARED, reach
 from core.served import LoadDelta
 from core.settings import Settings
+from core.subjects import words
 from core.training import UpdateMethod
 from methods.routed import routing, storage
 from methods.routed.layer import RoutedLora
@@ -145,6 +146,15 @@ class RoutedMethod(UpdateMethod):
         """Only prompts whose route the candidate changed: those that name the new document (beside the others of
         its subject), and those routed to a document taken out (removed, retired) or put back."""
         return routing.route(prompt, self.keys_before, self.config.threshold) != self.route(prompt)
+
+    def affected_among(self, prompts: Iterable[str]) -> set[str]:
+        """As `affected`, routing again only the prompts whose route may differ (routing.may_reroute): those that
+        name a changed document, and those routed by an answer. The gate's cost follows what the candidate changed,
+        not the number of facts learned."""
+        keys, threshold = self._keys(), self.config.threshold
+        watch = routing.watched(routing.changed(self.keys_before, keys), [self.keys_before, keys])
+        return {prompt for prompt in prompts
+                if routing.may_reroute(words(prompt), watch, keys, threshold) and self.affected(prompt)}
 
     def retire(self, document_ids: list[str]) -> list[str]:
         """Exact: the documents leave the state, so no prompt routes to them any more."""
