@@ -96,6 +96,8 @@ class Settings(BaseSettings):
     # While the API of the same process decodes, the embedded learner works at most this share of the time (it
     # rests between training steps; 1: never). Learning and serving share this machine's cores otherwise.
     learn_share_while_serving: float = Field(0.1, gt=0, le=1)
+    # The embedded learner's PyTorch threads (0: PyTorch's count, every core), the decoder's being PyTorch's count.
+    embedded_learner_threads: int = Field(1, ge=0)
     # A new fact's first gradients are large enough to blow plain SGD up unclipped
     # (docs/decisions.md: Gradient clipping at norm 1). 0 turns it off.
     max_grad_norm: float = Field(1.0, ge=0)

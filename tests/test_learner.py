@@ -253,3 +253,29 @@ def test_saved_scores_hold_only_for_what_they_were_saved_for():
                   (3, None, "tiny", {"routed": {"rank": 4}}, ["another"])]:
         assert saved_scores.from_saved(saved, saved_scores.fingerprint(*other, suites), suites) == {}
     assert saved_scores.to_saved(check, suites, {nf: 1.0}) is None  # a probe without a score
+
+
+def test_a_thread_that_sets_its_pytorch_threads_leaves_the_others_theirs():
+    """The embedded learner's thread computes on CKL_EMBEDDED_LEARNER_THREADS threads (workers/job.py); the decoder's
+    and every other thread keep PyTorch's count."""
+    import threading
+
+    import torch
+
+    from core.openmp import threads_here
+
+    seen: dict[str, object] = {}
+
+    def learner_thread() -> None:
+        seen["set"] = threads_here(1)
+        seen["learner"] = torch.get_num_threads()
+
+    def other_thread() -> None:
+        seen["other"] = torch.get_num_threads()
+
+    before = torch.get_num_threads()
+    for target in (learner_thread, other_thread):
+        thread = threading.Thread(target=target)
+        thread.start()
+        thread.join()
+    assert seen == {"set": True, "learner": 1, "other": before} and torch.get_num_threads() == before

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from core.documents import DocumentStore
 from core.lifecycle import FINAL, Status, after_failed_attempt
 from core.model.loader import LoadedModel
+from core.openmp import threads_here
 from core.queue import VERSION_CHANNEL, RQQueue
 from core.settings import Settings
 from core.versions import VersionStore
@@ -48,10 +49,13 @@ def process_learner() -> Learner:
 def learn_document(document_id: str) -> str:
     """The job function: learn one document; returns its final status, raises when the attempt failed
     (the queue runs it again up to CKL_JOB_RETRIES times)."""
+    settings = _settings or Settings()
+    if _busy is not None and settings.embedded_learner_threads:  # the API of this process decodes on the same
+        threads_here(settings.embedded_learner_threads)  # cores (core/openmp.py); set before the learner computes
     try:
         learner = process_learner()
     except Exception as exc:  # e.g. the model did not load: count the attempt, or the document waits forever
-        record_failed_attempt(_settings or Settings(), document_id, f"{type(exc).__name__}: {exc}")
+        record_failed_attempt(settings, document_id, f"{type(exc).__name__}: {exc}")
         raise
     return learner.learn(document_id)
 
