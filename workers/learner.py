@@ -12,7 +12,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 from filelock import FileLock
 
@@ -45,7 +45,6 @@ from workers.weigher import Weigher
 from workers.yielding import YieldToServing
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 MAX_PARENT_RETRIES = 3
 SCORE_BATCH = 32  # probes scored in one forward pass
@@ -403,8 +402,7 @@ class Learner:
         """Every suite's probe scores; probes in `known` keep their score. A probe is scored with the routes the
         served model would take for it (_scored_batches)."""
         scores = dict(known or {})
-        for batch in self._sliced_batches(self._scored_batches([p for suite in suites.values() for p in suite
-                                                                if p not in scores])):
+        for batch in self._scored_batches([p for suite in suites.values() for p in suite if p not in scores]):
             scores.update(zip(batch, score_probes(self.model, self.tokenizer, batch)))
         self._last_scores = scores
         return gate.SuiteScores(**{name: [scores[p] for p in probes] for name, probes in suites.items()})
@@ -433,24 +431,20 @@ class Learner:
             run.fields["neighbours"] = to_json(made)
             run.timings["neighbours_s"] = time.perf_counter() - clock
 
-    def _sliced_batches(self, batches: Iterator[T]) -> Iterator[T]:
-        """The batches, with a rest after each one's work (`_rest_after_slice`)."""
-        for batch in batches:
-            clock = time.perf_counter()
-            yield batch
-            self._rest_after_slice(time.perf_counter() - clock)
-
     def _scored_batches(self, probes: list[Probe]) -> Iterator[list[Probe]]:
         """The probes in batches of one forward pass, each batch's routes on while the caller scores it: a method
         that routes per row (the routed one) gives each row its own route, so probes routed to different documents
-        share a pass; other methods' routes split the batches. None on after."""
+        share a pass; other methods' routes split the batches. None on after. A rest follows each batch's work
+        (`_rest_after_slice`)."""
         per_row = [m for m in self.methods.values() if m.per_row]
         for group in self._routed_groups(probes, rows_apart=True):
             for start in range(0, len(group), SCORE_BATCH):
                 batch = group[start:start + SCORE_BATCH]
                 for method in per_row:
                     method.activate_rows([method.route(p.prompt) for p in batch])
+                clock = time.perf_counter()
                 yield batch
+                self._rest_after_slice(time.perf_counter() - clock)
 
     def _routed_groups(self, probes: list[Probe], rows_apart: bool = False) -> Iterator[list[Probe]]:
         """The probes in groups that take the same routes on every method (with `rows_apart`, on every method that
