@@ -68,17 +68,21 @@ def connect(url: str) -> Engine:
             for pragma in ("journal_mode=WAL", "synchronous=FULL", "secure_delete=ON", "busy_timeout=30000"):
                 cursor.execute(f"PRAGMA {pragma}")
             cursor.close()
-    with engine.begin() as connection:  # one process at a time makes the tables
-        lock_writers(connection)
+    with engine.begin() as connection:  # one process at a time checks for the tables and makes them
+        lock_writers(connection, before_reading=True)
         metadata.create_all(connection)
     return engine
 
 
-def lock_writers(connection: Connection) -> None:
-    """Serialize the store's write transactions across machines: PostgreSQL's transaction-scoped advisory lock
-    (SQLite allows one writer at a time anyway)."""
+def lock_writers(connection: Connection, before_reading: bool = False) -> None:
+    """Serialize the store's write transactions across machines: PostgreSQL's transaction-scoped advisory lock.
+    SQLite allows one writer at a time anyway, but takes its lock at the first write; `before_reading` takes it
+    first, for a transaction whose reads decide its writes (processes starting on a new file would all find no
+    tables, and all but one fail to make them)."""
     if connection.dialect.name == "postgresql":
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": WRITERS_LOCK})
+    elif before_reading and connection.dialect.name == "sqlite":
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def truncate_log(engine: Engine) -> None:

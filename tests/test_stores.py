@@ -1,12 +1,15 @@
 """The version store, the document store, weighting and the gate: pure logic, no model."""
 import random
+import subprocess
+import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
 from sqlalchemy import select
 
-from core.database import documents
+from core.database import documents, sqlite_url
 from core.documents import DocumentStore, IdempotencyConflict, body_hash, key_hash
 from core.fileio import write_json_atomic
 from core.lifecycle import Status
@@ -14,6 +17,8 @@ from core.namespaces import SHARED, namespace_of, within
 from core.probes import from_json
 from core.state import committed_neighbours, same_prompt
 from core.versions import ParentMoved, UnknownVersion, VersionStore
+from tests.conftest import ROOT
+from tests.database import rows
 from workers import gate, weighting
 
 
@@ -128,6 +133,23 @@ def test_writers_in_several_threads_and_stores_lose_nothing_and_keep_one_order(t
     assert stores[1].counts() == {"training": 80}
     with stores[0].engine.connect() as connection:
         assert sorted(connection.scalars(select(documents.c.seq))) == list(range(1, 81))
+
+
+def test_processes_starting_at_once_on_a_new_database_all_open_it(tmp_path):
+    """API processes and workers started together on a new data folder: each finds or makes the tables, none
+    fails because another made them between its check and its create."""
+    go = tmp_path / "go"
+    start = ("import pathlib, sys, time\n"
+             "from core import database\n"
+             "while not pathlib.Path(sys.argv[1]).exists(): time.sleep(0.001)\n"
+             "database.connect(sys.argv[2])\n")
+    processes = [subprocess.Popen([sys.executable, "-c", start, str(go), sqlite_url(tmp_path)], cwd=ROOT,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(8)]
+    time.sleep(3)  # every process imported and waiting
+    go.touch()
+    failures = [p.communicate(timeout=60)[1] for p in processes if p.wait(timeout=60)]
+    assert not failures, failures[0]
+    assert {"documents", "idempotency"} <= {name for (name,) in rows(tmp_path, "SELECT name FROM sqlite_master")}
 
 
 def test_oracle_weights_cover_every_occurrence_of_the_answer():
