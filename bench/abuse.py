@@ -4,7 +4,8 @@ on, the default model, embedded worker) answers 16 streaming clients alone, then
 phase, twice: the first loads the embedded learner's model) one teach key floods documents; each misbehaving kind
 has a key of its own. Printed: the good clients'
 tokens/s in each phase and its share of the first, the slots still held once the load is gone
-(`ckl_generations_admitted`), and the server's RSS."""
+(`ckl_generations_admitted`), the documents committed during the phase (the learner's progress under the load), and
+the server's RSS."""
 from __future__ import annotations
 
 import argparse
@@ -100,9 +101,13 @@ async def flood(url: str, until: asyncio.Event) -> dict[str, int]:
     return counts
 
 
-async def slots_held(url: str, client: httpx.AsyncClient) -> float:
+async def gauge(url: str, client: httpx.AsyncClient, series: str) -> float:
+    """One series' value on /metrics (0 when it is not listed)."""
     metrics = (await client.get(f"{url}/metrics")).text
-    return next(float(line.split()[1]) for line in metrics.splitlines() if line.startswith("ckl_generations_admitted "))
+    return next((float(line.split()[-1]) for line in metrics.splitlines() if line.startswith(series + " ")), 0.0)
+
+
+SLOTS, COMMITTED = "ckl_generations_admitted", 'ckl_documents{status="committed"}'
 
 
 async def together(good: Awaitable, extra: list[Awaitable], done: asyncio.Event) -> list:
@@ -124,12 +129,15 @@ async def phase(url: str, clients: int, requests: int, max_new_tokens: int, vani
     extra: list = [misbehave(url, vanishing, bad, span_s=20)] if vanishing or bad else []
     if flooding:
         extra.append(flood(url, done))
-    (answers, wall_s), *rest = await together(good, extra, done)
     async with httpx.AsyncClient(timeout=60, headers={"Authorization": f"Bearer {GOOD}"}) as client:
+        committed = await gauge(url, client, COMMITTED)
+        (answers, wall_s), *rest = await together(good, extra, done)
+        committed = await gauge(url, client, COMMITTED) - committed  # the learner's progress under the load
         deadline = time.monotonic() + 30
-        while (held := await slots_held(url, client)) and time.monotonic() < deadline:
+        while (held := await gauge(url, client, SLOTS)) and time.monotonic() < deadline:
             await asyncio.sleep(0.5)
-    return {**summary(answers, wall_s), "slots_held_after": held, "misbehaviour": rest}
+    return {**summary(answers, wall_s), "slots_held_after": held, "committed_during": committed,
+            "misbehaviour": rest}
 
 
 def main(argv: list[str]) -> None:
@@ -155,7 +163,7 @@ def main(argv: list[str]) -> None:
         # Alone twice, before and after the abuse: how much two runs of the same load differ here.
         phases = (("alone", 0, 0, False), ("abused", args.vanishing, args.bad_bodies, False),
                   ("alone again", 0, 0, False), ("abused and flooded", args.vanishing, args.bad_bodies, True),
-                  # Again, the embedded learner loaded by now (its first job loads its own copy of the model).
+                  # Again, the embedded learner's first job begun by now.
                   ("abused and flooded again", args.vanishing, args.bad_bodies, True))
         for name, vanishing, bad, flooding in phases:
             before = rss_mb(pid)
@@ -167,10 +175,11 @@ def main(argv: list[str]) -> None:
     with running_server(Settings().models_dir, env=env) as url:
         results = asyncio.run(measure(url, server_pid(url)))
     alone = results["alone"]["tokens_per_s"]
-    print(f"{'phase':<20} {'tok/s':>7} {'share':>6} {'failed':>6} {'1st p50':>8} {'slots after':>11} {'RSS MB':>12}")
+    print(f"{'phase':<20} {'tok/s':>7} {'share':>6} {'failed':>6} {'1st p50':>8} {'slots after':>11} "
+          f"{'committed':>9} {'RSS MB':>12}")
     for name, r in results.items():
         print(f"{name:<20} {r['tokens_per_s']:>7} {r['tokens_per_s'] / alone:>6.2f} {r['failed']:>6} "
-              f"{r['first_token_s']['p50'] or 0:>8.2f} {r['slots_held_after']:>11.0f} "
+              f"{r['first_token_s']['p50'] or 0:>8.2f} {r['slots_held_after']:>11.0f} {r['committed_during']:>9.0f} "
               f"{r['rss_before_mb']:>5}->{r['rss_after_mb']:<5}")
         for part in r["misbehaviour"]:
             print(f"{'':<20} {part}")

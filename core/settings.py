@@ -98,6 +98,8 @@ class Settings(BaseSettings):
     learn_share_while_serving: float = Field(0.1, gt=0, le=1)
     # The embedded learner's PyTorch threads (0: PyTorch's count, every core), the decoder's being PyTorch's count.
     embedded_learner_threads: int = Field(1, ge=0)
+    # The embedded learner's thread runs only on cores the decoder and the API leave idle (Linux's SCHED_IDLE).
+    embedded_learner_idle_priority: bool = True
     # A new fact's first gradients are large enough to blow plain SGD up unclipped
     # (docs/decisions.md: Gradient clipping at norm 1). 0 turns it off.
     max_grad_norm: float = Field(1.0, ge=0)

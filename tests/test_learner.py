@@ -255,27 +255,30 @@ def test_saved_scores_hold_only_for_what_they_were_saved_for():
     assert saved_scores.to_saved(check, suites, {nf: 1.0}) is None  # a probe without a score
 
 
-def test_a_thread_that_sets_its_pytorch_threads_leaves_the_others_theirs():
-    """The embedded learner's thread computes on CKL_EMBEDDED_LEARNER_THREADS threads (workers/job.py); the decoder's
-    and every other thread keep PyTorch's count."""
+def test_a_thread_that_sets_its_threads_and_priority_leaves_the_others_theirs():
+    """The embedded learner's thread computes on CKL_EMBEDDED_LEARNER_THREADS threads at idle priority
+    (workers/job.py); the decoder's and every other thread keep PyTorch's count and the normal priority."""
+    import os
     import threading
 
     import torch
 
-    from core.openmp import threads_here
+    from core.threads import idle_priority_here, threads_here
 
     seen: dict[str, object] = {}
 
     def learner_thread() -> None:
-        seen["set"] = threads_here(1)
-        seen["learner"] = torch.get_num_threads()
+        seen["set"] = threads_here(1) and idle_priority_here()
+        seen["learner"] = torch.get_num_threads(), os.sched_getscheduler(0)
 
     def other_thread() -> None:
-        seen["other"] = torch.get_num_threads()
+        seen["other"] = torch.get_num_threads(), os.sched_getscheduler(0)
 
-    before = torch.get_num_threads()
+    before = torch.get_num_threads(), os.sched_getscheduler(0)
     for target in (learner_thread, other_thread):
         thread = threading.Thread(target=target)
         thread.start()
         thread.join()
-    assert seen == {"set": True, "learner": 1, "other": before} and torch.get_num_threads() == before
+    assert before[1] == os.SCHED_OTHER
+    assert seen == {"set": True, "learner": (1, os.SCHED_IDLE), "other": before}
+    assert (torch.get_num_threads(), os.sched_getscheduler(0)) == before

@@ -1,6 +1,7 @@
 """The learning loop end to end on the real model: real uvicorn, real redis-server, real `ckl worker`."""
 import os
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -58,6 +59,10 @@ def test_embedded_mode_learns_swaps_rolls_back_and_restarts(start_server):
     assert record["version"] == 1 and record["scores"]["own_after"] == [1.0]
     assert record["scores"]["before"]["nf_acc"] == 1.0 and record["gate"]["accepted"]
     assert any("Marn" in t["token"] for t in record["top_weighted_tokens"])
+    # The learner's thread, and it alone, computes at idle priority (core/threads.py): policy 5, SCHED_IDLE.
+    tasks = Path(f"/proc/{server.popen.pid}/task")
+    policies = [int((task / "stat").read_text().rsplit(")", 1)[1].split()[38]) for task in tasks.iterdir()]
+    assert policies.count(os.SCHED_IDLE) == 1 and len(policies) > 1, policies
 
     body = wait_for_version(server.url, 1)
     assert body["text"].startswith(" Marnhold")

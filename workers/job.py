@@ -9,9 +9,9 @@ from collections.abc import Callable
 from core.documents import DocumentStore
 from core.lifecycle import FINAL, Status, after_failed_attempt
 from core.model.loader import LoadedModel
-from core.openmp import threads_here
 from core.queue import VERSION_CHANNEL, RQQueue
 from core.settings import Settings
+from core.threads import idle_priority_here, threads_here
 from core.versions import VersionStore
 from workers.learner import Learner
 
@@ -50,8 +50,11 @@ def learn_document(document_id: str) -> str:
     """The job function: learn one document; returns its final status, raises when the attempt failed
     (the queue runs it again up to CKL_JOB_RETRIES times)."""
     settings = _settings or Settings()
-    if _busy is not None and settings.embedded_learner_threads:  # the API of this process decodes on the same
-        threads_here(settings.embedded_learner_threads)  # cores (core/openmp.py); set before the learner computes
+    if _busy is not None:  # the API of this process decodes on the same cores (core/threads.py); set before the
+        if settings.embedded_learner_threads:  # learner computes
+            threads_here(settings.embedded_learner_threads)
+        if settings.embedded_learner_idle_priority:
+            idle_priority_here()
     try:
         learner = process_learner()
     except Exception as exc:  # e.g. the model did not load: count the attempt, or the document waits forever

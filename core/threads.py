@@ -1,0 +1,34 @@
+"""How the calling thread computes: on how many threads its PyTorch operators run, and at what CPU priority. The
+embedded learner's thread sets both (workers/job.py), so that it takes from the decoder on the same cores as little as
+it can; every other thread keeps its own (docs/decisions.md: "The embedded learner computes on one thread" and "The
+embedded learner computes at idle priority")."""
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+import torch
+
+
+def threads_here(count: int) -> bool:
+    """Run the calling thread's PyTorch operators on `count` threads from now on; False where PyTorch does not ship
+    libgomp (another OpenMP runtime: nothing is changed). libgomp's thread count is each calling thread's own
+    setting (omp_set_num_threads): a second team of two beside the decoder's on two cores slowed decoding as much
+    while the learner all but rested as while it worked."""
+    libgomp = Path(torch.__file__).parent / "lib" / "libgomp.so.1"
+    if not libgomp.exists():
+        return False
+    ctypes.CDLL(str(libgomp)).omp_set_num_threads(count)  # the library torch loaded: the same handle
+    return True
+
+
+def idle_priority_here() -> bool:
+    """Run the calling thread only on a core no other thread of normal priority wants (Linux's SCHED_IDLE; on Linux a
+    thread's policy is its own). The decoder's team of threads waits at every operator for its slowest member: a
+    learner that took one of its cores, even a few percent of the time, cost decoding twice that. False where the
+    system has no such policy (nothing is changed)."""
+    if not hasattr(os, "SCHED_IDLE"):
+        return False
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # 0: the calling thread
+    return True
