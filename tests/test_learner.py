@@ -216,6 +216,20 @@ def test_a_job_after_a_rejection_scores_none_of_its_parents_probes_again(tmp_pat
     assert [(p.prompt, p.answer) for p in calls[0]] == [("the tower is located in", "rome")]
 
 
+def test_a_run_asks_once_which_prompts_its_candidate_may_move(tmp_path, monkeypatch):
+    """Weigh (which learned facts to replay) and the gate (which probes to score again) share one answer: the
+    candidate's routes are set once it has begun, and routing every learned prompt again grows with the facts."""
+    learner = Learner(tiny_settings(tmp_path), loaded=tiny_loaded())
+    assert learner.learn(submit(learner, {**FACT, "method": "routed"})) == "committed"
+    method, asked = learner.method("routed"), []
+    affected_among = method.affected_among
+    monkeypatch.setattr(method, "affected_among", lambda prompts: asked.append(set(prompts)) or affected_among(prompts))
+    quessia = {**FACT, "method": "routed", "text": "the capital of quessia is dorvane",
+               "probes": [{"prompt": "the capital of quessia is", "answer": "dorvane"}]}
+    assert learner.learn(submit(learner, quessia)) == "committed"
+    assert len(asked) == 1 and {"the capital of veltoria is", "the capital of quessia is"} <= asked[0]
+
+
 def test_a_learner_that_starts_reads_its_parents_scores_and_gates_as_if_it_had_scored_them(tmp_path, monkeypatch):
     """A second learner on the data folder (a worker started again) scores only its document's own probe before
     training; its record's scores are those of a learner that scored every probe (the saved file deleted)."""

@@ -242,9 +242,9 @@ class Learner:
         how = self.weigher.weighting(run.record.get("weighting") or self.settings.weighting)
         examples, shown = self.weigher.examples({**run.record, "weighting": how}, run.suites["own"])
         if run.method.probe_contexts:
-            probes = run.suites["learned"] + run.suites["neighbours"]
-            moved = run.method.affected_among(p.prompt for p in probes)
-            run.replay = self.weigher.probe_examples([p for p in probes if p.prompt in moved])
+            moved = self.may_move(run)
+            run.replay = self.weigher.probe_examples([p for p in run.suites["learned"] + run.suites["neighbours"]
+                                                      if p.prompt in moved])
         self.documents.update(run.doc_id, weighting_used=how, **shown, scores={"before": run.before.summary()})
         return examples
 
@@ -282,9 +282,8 @@ class Learner:
         With `may_retry`, a rejection whose reason suggests another try raises RetryAfterRejection instead."""
         self.documents.move(run.doc_id, Status.EVALUATING)
         clock = time.perf_counter()
-        before = self._scores
-        moved = run.method.affected_among({p.prompt for p in before})
-        after = self.score(run.suites, {p: s for p, s in before.items() if p.prompt not in moved})
+        moved = self.may_move(run)
+        after = self.score(run.suites, {p: s for p, s in self._scores.items() if p.prompt not in moved})
         decision = gate.decide(run.before, after, nf_version_0=1.0, nf_tolerance=self.settings.nf_tolerance,
                                learned_tolerance=self.settings.learned_tolerance,
                                neighbour_tolerance=self.settings.neighbour_tolerance,
@@ -307,6 +306,14 @@ class Learner:
         metrics = {**after.summary(), "learned_acc": accuracy(after.learned + after.own), **self.general_drift(run)}
         self._commit(run, probes, metrics, outcome, on_commit)
         return Status.COMMITTED
+
+    def may_move(self, run: Run) -> set[str]:
+        """The prompts of the parent's scored probes (every suite's) whose answers the candidate may change. What it
+        may change is set once it has begun (a routed candidate's key), not by training, so weigh's answer serves the
+        gate."""
+        if run.moved is None:
+            run.moved = run.method.affected_among({p.prompt for p in self._scores})
+        return run.moved
 
     def _commit(self, run: Run, probes: list[dict[str, str]], metrics: dict[str, Any], outcome: dict[str, Any],
                 on_commit: Callable[[int], object]) -> None:
