@@ -69,8 +69,9 @@ def cmd_serve(args: argparse.Namespace) -> None:
     mode = f"RQ on {settings.redis_url}" if settings.redis_url else "embedded worker (no Redis)"
     print(f"ckl-serve on http://{settings.host}:{settings.port}  data: {settings.data_dir}  model: {settings.model}  "
           f"learning: {mode}", flush=True)
-    # Both queues run (or name) the same job function; the preview makes auto-probes as the learner will.
-    runtime = Runtime.create(settings, job.learn_document, preview=AutoProbePreview(settings))
+    # Both queues run (or name) the same job function; the preview makes auto-probes as the learner will. The
+    # embedded learner prepares before its first job (a `ckl worker` prepares at its first).
+    runtime = Runtime.create(settings, job.learn_document, preview=AutoProbePreview(settings), warm=job.warm_learner)
     # The embedded queue's learner is built with these: it yields to this process's decoding and learns on the
     # served weights (a `ckl worker` takes its own settings, loads its own model and decodes nothing).
     job.configure(settings, busy=lambda: runtime.decoding(), loaded=lambda: runtime.learner_model)

@@ -32,11 +32,13 @@ JobFunction = Callable[[str], object]  # a document id in; raises when the attem
 
 class InProcessQueue:
     """Runs `run(document_id)` for each queued id, one at a time, in a daemon thread; a failed run is
-    run again right away, up to `retries` times (as RQQueue's Retry does)."""
+    run again right away, up to `retries` times (as RQQueue's Retry does). `first` runs in that thread before any
+    job (the learner's preparation)."""
 
-    def __init__(self, run: JobFunction, retries: int = 0) -> None:
+    def __init__(self, run: JobFunction, retries: int = 0, first: Callable[[], object] | None = None) -> None:
         self._run = run
         self._retries = retries
+        self._first = first
         self._items: queue.Queue[str | None] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="ckl-embedded-worker", daemon=True)
         self._thread.start()
@@ -46,6 +48,8 @@ class InProcessQueue:
         return job_id_for(document_id, attempt)
 
     def _loop(self) -> None:
+        if self._first is not None:
+            self._first()
         while (document_id := self._items.get()) is not None:
             for _ in range(self._retries + 1):
                 try:

@@ -32,6 +32,7 @@ class Runtime:
     versions: VersionStore
     suites: ProbeSuites
     run_job: JobFunction | None = None  # the learning job both queues run
+    warm: Callable[[], object] | None = None  # the embedded learner's preparation, before its first job
     load: Callable[[], LoadedModel] | None = None  # how the served model loads; None: load_model(settings)
     # The auto-probes the learner would make for (served model, text, method); None where it would make none
     # (workers/preview.py; POST /documents/preview).
@@ -51,10 +52,11 @@ class Runtime:
 
     @classmethod
     def create(cls, settings: Settings, run_job: JobFunction | None = None,
-               load: Callable[[], LoadedModel] | None = None, preview: Preview | None = None) -> Runtime:
+               load: Callable[[], LoadedModel] | None = None, preview: Preview | None = None,
+               warm: Callable[[], object] | None = None) -> Runtime:
         root = settings.data_dir
         return cls(settings, DocumentStore(root, settings.database_url), VersionStore(root / "versions"),
-                   ProbeSuites(root / "probes"), run_job, load, preview)
+                   ProbeSuites(root / "probes"), run_job, warm, load, preview)
 
     def start(self) -> None:
         """Load the model and start the queue and the version watcher (runs in a background thread)."""
@@ -82,7 +84,8 @@ class Runtime:
                 threading.Thread(target=self._listen_redis, args=(rq,), daemon=True).start()
                 threading.Thread(target=self._queue_orphans, args=(rq,), daemon=True, name="ckl-orphans").start()
             else:
-                self.queue = InProcessQueue(lambda doc_id: (run_job(doc_id), self._wake.set()), s.job_retries)
+                self.queue = InProcessQueue(lambda doc_id: (run_job(doc_id), self._wake.set()), s.job_retries,
+                                            first=self.warm)
                 held = self.versions.current()
                 for record in self.documents.resumable(  # the worker died with the last server
                         s.job_retries, lambda doc: self.versions.holding(doc, held)):

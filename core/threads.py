@@ -30,5 +30,8 @@ def idle_priority_here() -> bool:
     system has no such policy (nothing is changed)."""
     if not hasattr(os, "SCHED_IDLE"):
         return False
+    # A thread inherits the policy of the thread that starts it. The tokenizers' pool of threads is shared, and
+    # started by whichever thread first tokenizes a batch: batches are tokenized in the calling thread instead.
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # 0: the calling thread
     return True

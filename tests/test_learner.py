@@ -230,6 +230,17 @@ def test_a_run_asks_once_which_prompts_its_candidate_may_move(tmp_path, monkeypa
     assert len(asked) == 1 and {"the capital of veltoria is", "the capital of quessia is"} <= asked[0]
 
 
+def test_a_warmed_learner_scores_only_its_first_documents_own_probe(tmp_path, monkeypatch):
+    """Learner.warm, the embedded learner's first work after start: the current version's suites scored and saved
+    before any document, so the first job scores no more than a later one would."""
+    learner = Learner(tiny_settings(tmp_path), loaded=tiny_loaded())
+    learner.warm()
+    assert (tmp_path / "probes" / "scores.json").exists()
+    calls = counting_scored(monkeypatch)
+    assert learner.learn(submit(learner)) == "committed"
+    assert [(p.prompt, p.answer) for p in calls[0]] == [("the capital of veltoria is", "marnhold")]
+
+
 def test_a_learner_that_starts_reads_its_parents_scores_and_gates_as_if_it_had_scored_them(tmp_path, monkeypatch):
     """A second learner on the data folder (a worker started again) scores only its document's own probe before
     training; its record's scores are those of a learner that scored every probe (the saved file deleted)."""

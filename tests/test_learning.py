@@ -51,6 +51,11 @@ def test_embedded_mode_learns_swaps_rolls_back_and_restarts(start_server):
     server = start_server(LENIENT)
     server.wait_ready()
     assert not generate(server.url)["text"].startswith(" Marn")
+    # The learner prepares before any document (Learner.warm): version 0's scores, saved.
+    deadline = time.monotonic() + 120
+    while not (saved := start_server.data_dir / "probes" / "scores.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert saved.exists()
 
     accepted = teach(server.url)
     assert accepted["status_url"] == f"/documents/{accepted['document_id']}"
@@ -59,7 +64,8 @@ def test_embedded_mode_learns_swaps_rolls_back_and_restarts(start_server):
     assert record["version"] == 1 and record["scores"]["own_after"] == [1.0]
     assert record["scores"]["before"]["nf_acc"] == 1.0 and record["gate"]["accepted"]
     assert any("Marn" in t["token"] for t in record["top_weighted_tokens"])
-    # The learner's thread, and it alone, computes at idle priority (core/threads.py): policy 5, SCHED_IDLE.
+    # The learner's thread, and it alone, computes at idle priority (core/threads.py): policy 5, SCHED_IDLE. No
+    # thread it started (a pool the server's threads share) has it.
     tasks = Path(f"/proc/{server.popen.pid}/task")
     policies = [int((task / "stat").read_text().rsplit(")", 1)[1].split()[38]) for task in tasks.iterdir()]
     assert policies.count(os.SCHED_IDLE) == 1 and len(policies) > 1, policies

@@ -46,15 +46,30 @@ def process_learner() -> Learner:
         return _learner
 
 
+def _beside_the_decoder(settings: Settings) -> None:
+    """Where the API of this process decodes on the same cores, the calling thread computes on fewer threads and at
+    idle priority (core/threads.py); set before the learner computes."""
+    if _busy is not None:
+        if settings.embedded_learner_threads:
+            threads_here(settings.embedded_learner_threads)
+        if settings.embedded_learner_idle_priority:
+            idle_priority_here()
+
+
+def warm_learner() -> None:
+    """The embedded queue's first work, before any job: the process's learner built and warmed (Learner.warm)."""
+    _beside_the_decoder(_settings or Settings())
+    try:
+        process_learner().warm()
+    except Exception:  # the first job does it then, or records why it cannot
+        log.exception("the learner could not prepare before its first job")
+
+
 def learn_document(document_id: str) -> str:
     """The job function: learn one document; returns its final status, raises when the attempt failed
     (the queue runs it again up to CKL_JOB_RETRIES times)."""
     settings = _settings or Settings()
-    if _busy is not None:  # the API of this process decodes on the same cores (core/threads.py); set before the
-        if settings.embedded_learner_threads:  # learner computes
-            threads_here(settings.embedded_learner_threads)
-        if settings.embedded_learner_idle_priority:
-            idle_priority_here()
+    _beside_the_decoder(settings)
     try:
         learner = process_learner()
     except Exception as exc:  # e.g. the model did not load: count the attempt, or the document waits forever

@@ -22,7 +22,7 @@ from core.documents import DocumentStore
 from core.lifecycle import FINAL, Status, after_failed_attempt
 from core.memory import map_large_blocks
 from core.model.loader import LoadedModel, load_model
-from core.namespaces import namespace_of, reach
+from core.namespaces import SHARED, namespace_of, reach
 from core.neighbours import familiar_subjects, neighbour_prompts
 from core.probes import GENERAL_TOKENS, ProbeSuites, drifted, from_json, to_json
 from core.scoring import Probe, accuracy, greedy_continuations, score_probes
@@ -197,19 +197,10 @@ class Learner:
         """The parent's state on every method, the suites to gate on, and their scores before training."""
         method = self.method(name)
         clock, self._sliced = time.perf_counter(), [0.0, 0.0]
-        self._ensure_suites()
-        if self._loaded != parent:
-            self.load_state(resolve(self.versions, parent))
-            self._loaded = parent
         # The document's namespace: it is gated on the prompts of the namespaces it can change answers in, routed as
         # they are asked there (a tenant's document cannot move, replace or erode another tenant's facts).
         namespace = namespace_of(record)
-        self._reach = reach(namespace)
-        if self._scored != (parent, self._reach):  # scores of another version, or routed for other namespaces
-            self._scored, self._scores = (parent, self._reach), self._read_scores(parent)
-        fresh = not self._scores
-        for each in self.methods.values():
-            each.view(namespace)
+        fresh = self._hold(parent, namespace)
         replaced: list[LearnedFact] = []
         facts: list[LearnedFact] = []
         if learned is None:  # a document's run: the facts of its namespace it replaces leave the suite it is gated on
@@ -233,6 +224,34 @@ class Learner:
             self._write_scores(parent)
         run.timings["score_before_s"] = time.perf_counter() - clock
         return run
+
+    def _hold(self, parent: int, namespace: str) -> bool:
+        """The suites made, `parent`'s state on every method as seen from `namespace`, and its saved scores as routed
+        there; True when none were saved (every probe is scored anew)."""
+        self._ensure_suites()
+        if self._loaded != parent:
+            self.load_state(resolve(self.versions, parent))
+            self._loaded = parent
+        self._reach = reach(namespace)
+        if self._scored != (parent, self._reach):  # scores of another version, or routed for other namespaces
+            self._scored, self._scores = (parent, self._reach), self._read_scores(parent)
+        for each in self.methods.values():
+            each.view(namespace)
+        return not self._scores
+
+    def warm(self) -> None:
+        """Before any document: what a first job would find missing, made now. The default method built, the current
+        version loaded, and its suites' scores as a shared document's job routes them, read from the saved file or
+        scored and saved. The embedded learner does it right after start, at idle priority
+        (workers/job.warm_learner), so a first document under load starts where any later one does."""
+        with self.lease:
+            parent = self.versions.current()
+            self.method(self.settings.method)
+            if self._hold(parent, SHARED):
+                suites = {**self._lineage_suites(parent)[0], "must_keep": self.suites.must_keep(), "own": []}
+                self.score(suites, self._scores)
+                self._scores = self._last_scores
+                self._write_scores(parent)
 
     def weigh(self, run: Run) -> list[Example]:
         """The document's training examples, with its weighting's most-weighted tokens on the record. A method that
