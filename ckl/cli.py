@@ -55,7 +55,6 @@ def cmd_serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     from core import logs
-    from core.memory import few_arenas
     from core.runtime import Runtime
     from service.app import create_app
     from workers import job
@@ -63,7 +62,6 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
     settings = settings_from(args)
     logs.configure(settings.log_format)
-    few_arenas()  # before the server starts its threads
     if refusal := binding_refusal(settings):
         sys.exit(f"ckl serve: {refusal}")
     if not settings.api_keys:
@@ -72,7 +70,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     print(f"ckl-serve on http://{settings.host}:{settings.port}  data: {settings.data_dir}  model: {settings.model}  "
           f"learning: {mode}", flush=True)
     # Both queues run (or name) the same job function; the preview makes auto-probes as the learner will. The
-    # embedded learner prepares before its first job (Learner.warm); a `ckl worker` does so within its first job.
+    # embedded learner prepares before its first job (a `ckl worker` prepares at its first).
     runtime = Runtime.create(settings, job.learn_document, preview=AutoProbePreview(settings), warm=job.warm_learner)
     # The embedded queue's learner is built with these: it yields to this process's decoding and learns on the
     # served weights (a `ckl worker` takes its own settings, loads its own model and decodes nothing).

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 from functools import lru_cache
 
 
@@ -20,8 +19,7 @@ def _libc() -> ctypes.CDLL | None:
     return libc if libc is not None and hasattr(libc, "malloc_trim") else None
 
 
-M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8  # glibc's mallopt parameters
-ARENAS = 4  # the server's (docs/decisions.md: "Four malloc arenas")
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 MAPPED_FROM = 1 << 20  # blocks from 1 MB up get their own mapping, given back when freed
 
 
@@ -30,16 +28,6 @@ def map_large_blocks(threshold: int = MAPPED_FROM) -> bool:
     C library is not glibc."""
     libc = _libc()
     return bool(libc.mallopt(M_MMAP_THRESHOLD, threshold)) if libc is not None else False
-
-
-def few_arenas(count: int = ARENAS) -> bool:
-    """Cap glibc's heaps ("arenas") at `count` for the threads started from now on (mallopt), unless the
-    environment already set MALLOC_ARENA_MAX; False where not applied. glibc gives threads up to eight arenas per
-    core, each keeping what was freed in it: a server's RSS grew with every burst of request threads."""
-    libc = _libc()
-    if libc is None or "MALLOC_ARENA_MAX" in os.environ:
-        return False
-    return bool(libc.mallopt(M_ARENA_MAX, count))
 
 
 def give_back() -> bool:
