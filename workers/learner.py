@@ -248,10 +248,10 @@ class Learner:
             parent = self.versions.current()
             self.method(self.settings.method)
             if self._hold(parent, SHARED):
-                suites = {**self._lineage_suites(parent)[0], "must_keep": self.suites.must_keep(), "own": []}
-                self.score(suites, self._scores)
+                lineage = self._lineage_suites(parent)
+                self.score({**lineage[0], "must_keep": self.suites.must_keep(), "own": []}, self._scores)
                 self._scores = self._last_scores
-                self._write_scores(parent)
+                self._write_scores(parent, lineage)
 
     def weigh(self, run: Run) -> list[Example]:
         """The document's training examples, with its weighting's most-weighted tokens on the record. A method that
@@ -419,8 +419,9 @@ class Learner:
         suites, check = self._lineage_suites(version)
         return saved_scores.from_saved(self.suites.saved_scores(), check, suites)
 
-    def _write_scores(self, version: int) -> None:
-        suites, check = self._lineage_suites(version)
+    def _write_scores(self, version: int, lineage: tuple[dict[str, list[Probe]], str] | None = None) -> None:
+        """`lineage`: what _lineage_suites(version) gave, where the caller has it (the lineage is not walked again)."""
+        suites, check = lineage or self._lineage_suites(version)
         if (saved := saved_scores.to_saved(check, suites, self._scores)) is not None:
             self.suites.save_scores(saved)
 
