@@ -24,6 +24,7 @@ import psutil
 from bench.serve import PROMPTS, load, summary
 from bench.server import running_server
 from core.keys import KeyConfig, hash_key
+from core.model.batching import BUSY_GAP_S
 from workers.provenance import RESULTS_ROOT, git_commit
 
 GOOD, VANISH, FLOOD = "good-client-key", "vanishing-client-key", "flood-client-key"  # one key each
@@ -169,6 +170,7 @@ def main(argv: list[str]) -> None:
             before = rss_mb(pid)
             results[name] = await phase(url, args.clients, args.requests, args.max_new_tokens, vanishing, bad,
                                         flooding)
+            await asyncio.sleep(2 * BUSY_GAP_S)  # the server gives freed memory back once decoding has paused
             results[name].update(rss_before_mb=before, rss_after_mb=rss_mb(pid))
         return results
 

@@ -46,6 +46,7 @@ from typing import Any
 
 import torch
 
+from core.memory import give_back
 from core.model import batch_cache
 from core.model.generation import Answer, Generation, SamplingParams, eos_ids, sample_token, seeded
 from core.model.serving import Routes, ServingModel
@@ -163,6 +164,9 @@ class Scheduler:
                         self._prefill(batch)
                     for group in list(self._groups.values()):
                         self._step(group)
+            idle = threading.Timer(BUSY_GAP_S, self._give_back_if_idle)
+            idle.daemon = True
+            idle.start()
         except Exception as exc:  # a fault outside a forward pass: no request may be left waiting for it
             with self._lock:
                 stranded = [s for group in self._groups.values() for s in group.rows] + admitted + list(self._waiting)
@@ -170,6 +174,14 @@ class Scheduler:
                 self._waiting.clear()
             self._fail(stranded, exc)  # releasing a pin twice is harmless (ExitStack.close)
             raise
+
+    def _give_back_if_idle(self) -> None:
+        """Once decoding has paused for BUSY_GAP_S, hand what the last burst freed back to the system: glibc's
+        heaps (one per thread that allocated) keep freed pages, and RSS climbed by each burst's transients
+        (docs/decisions.md: "Giving memory back when decoding pauses"). Not on every exit: a lone client's next
+        request would fault the pages in again."""
+        if not self.busy():
+            give_back()
 
     def _next_round(self) -> list[Sequence] | None:
         """Retire the cancelled, take the sequences to admit; None (the thread ends) once nothing is left."""
