@@ -28,5 +28,13 @@ def reach(namespace: str) -> frozenset[str] | None:
     return None if namespace == SHARED else asked_in(namespace)
 
 
+def routed_for(namespace: str, run_reach: frozenset[str] | None) -> frozenset[str]:
+    """The namespaces whose documents a probe asked in `namespace` is routed to while a document that can change
+    `run_reach` (`reach`) is gated. A tenant's document changes only its tenant's answers: every probe as that
+    tenant's keys are answered. A shared one changes everyone's: each probe as it is asked, a tenant's fact as that
+    tenant's keys are answered, any other as keys without a namespace are."""
+    return run_reach if run_reach is not None else asked_in(namespace)
+
+
 def within(namespace: str, namespaces: frozenset[str] | None) -> bool:
     return namespaces is None or namespace in namespaces

@@ -16,6 +16,7 @@ from typing import Any
 from filelock import FileLock
 
 from core.fileio import read_json, write_json_atomic
+from core.namespaces import SHARED
 from core.scoring import Probe
 
 ScoreFn = Callable[[list[Probe]], list[float]]
@@ -75,8 +76,9 @@ def to_json(probes: list[Probe]) -> list[dict[str, str]]:
     return [{"prompt": p.prompt, "answer": p.answer} for p in probes]
 
 
-def from_json(rows: list[dict[str, Any]]) -> list[Probe]:
-    return [Probe(r["prompt"], r["answer"]) for r in rows]
+def from_json(rows: list[dict[str, Any]], namespace: str = SHARED) -> list[Probe]:
+    """Probes as stored (a manifest's, a record's), asked in `namespace`: that of the document they belong to."""
+    return [Probe(r["prompt"], r["answer"], namespace) for r in rows]
 
 
 class TooManyProbes(ValueError):

@@ -14,11 +14,16 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedTokenizerBase
 
+from core.namespaces import SHARED
+
 
 @dataclass(frozen=True)
 class Probe:
     prompt: str
     answer: str
+    # Whose keys ask it (core/namespaces.py): a tenant's fact is scored as that tenant is answered. Part of its
+    # identity, so two tenants' facts with the same words keep a score each.
+    namespace: str = SHARED
 
 
 def join_probe(prompt: str, answer: str) -> str:

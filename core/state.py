@@ -66,11 +66,15 @@ def learned_manifests(versions: VersionStore, version: int) -> list[dict[str, An
 
 @dataclass(frozen=True)
 class LearnedFact:
-    """A probe the learned suite checks, the document (and version) that taught it, and its namespace."""
+    """A probe the learned suite checks (asked in its document's namespace), the document and version that taught
+    it."""
     probe: Probe
     document_id: str
     version: int
-    namespace: str = SHARED
+
+    @property
+    def namespace(self) -> str:
+        return self.probe.namespace
 
 
 def learned_facts(versions: VersionStore, version: int,
@@ -83,8 +87,8 @@ def learned_facts(versions: VersionStore, version: int,
         if retired := {(r["prompt"], r["answer"]) for r in manifest.get("replaces", [])}:  # rare: a pass over all
             facts = [f for f in facts if (f.probe.prompt, f.probe.answer) not in retired
                      or f.namespace != namespace_of(manifest)]
-        facts += [LearnedFact(p, manifest["documents"][0], manifest["version"], namespace_of(manifest))
-                  for p in from_json(manifest["probes"])]
+        facts += [LearnedFact(p, manifest["documents"][0], manifest["version"])
+                  for p in from_json(manifest["probes"], namespace_of(manifest))]
     return [f for f in facts if within(f.namespace, namespaces)]
 
 
@@ -93,7 +97,7 @@ def committed_neighbours(versions: VersionStore, version: int,
     """The neighbour prompts the lineage recorded (core/neighbours.py), less those of removed documents and those a
     later document's probe asks (what it teaches there is no longer the continuation to keep); those of documents
     in `namespaces` (None: all)."""
-    kept: dict[int, tuple[str, Probe]] = {}  # in the order recorded, each with its document's namespace
+    kept: dict[int, Probe] = {}  # in the order recorded, each in its document's namespace
     by_prompt: dict[str, list[int]] = {}  # a prompt (as same_prompt compares them) -> its entries in `kept`
     numbers = itertools.count()
     for manifest in learned_manifests(versions, version):
@@ -101,14 +105,14 @@ def committed_neighbours(versions: VersionStore, version: int,
         # A document asks anew the neighbours of its own namespace; a shared one, everyone's.
         for asked in {prompt_key(p.prompt) for p in from_json(manifest["probes"])}:
             for entry in by_prompt.get(asked, []):
-                if namespace in (SHARED, kept[entry][0]):
+                if namespace in (SHARED, kept[entry].namespace):
                     del kept[entry]
             by_prompt[asked] = [entry for entry in by_prompt.get(asked, []) if entry in kept]
-        for neighbour in from_json(manifest.get("neighbours", [])):
+        for neighbour in from_json(manifest.get("neighbours", []), namespace):
             entry = next(numbers)
-            kept[entry] = (namespace, neighbour)
+            kept[entry] = neighbour
             by_prompt.setdefault(prompt_key(neighbour.prompt), []).append(entry)
-    return [n for namespace, n in kept.values() if within(namespace, namespaces)]
+    return [n for n in kept.values() if within(n.namespace, namespaces)]
 
 
 def superseded(replaced: list[LearnedFact], learned: list[LearnedFact]) -> list[str]:

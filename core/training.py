@@ -20,6 +20,7 @@ from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from core.memory import give_back
+from core.namespaces import SHARED
 from core.scoring import next_token_nll, pad_batch
 from core.served import LoadDelta
 from core.settings import Settings
@@ -165,9 +166,9 @@ class UpdateMethod(ABC):
         method routes)."""
         return []
 
-    def route(self, prompt: str) -> Hashable | None:
-        """Which part of the loaded state a prompt uses (see ServedMethod.route); None for a method that
-        does not route."""
+    def route(self, prompt: str, namespace: str = SHARED) -> Hashable | None:
+        """Which part of the loaded state a prompt asked in `namespace` uses (see ServedMethod.route; the documents
+        it may reach: core/namespaces.routed_for); None for a method that does not route."""
         return None
 
     def activate(self, route: Hashable | None) -> None:
@@ -180,14 +181,15 @@ class UpdateMethod(ABC):
         Only for a method with `per_row`."""
         raise NotImplementedError(f"{type(self).__name__} routes the whole batch")
 
-    def affected(self, prompt: str) -> bool:
-        """Whether training may have changed the model's output for `prompt`. Every prompt, unless the method
-        can tell: the gate then scores only the affected probes again."""
+    def affected(self, prompt: str, namespace: str = SHARED) -> bool:
+        """Whether training may have changed the model's output for `prompt` asked in `namespace`. Every prompt,
+        unless the method can tell: the gate then scores only the affected probes again."""
         return True
 
-    def affected_among(self, prompts: Iterable[str]) -> set[str]:
-        """The `prompts` that are `affected`; a method that can tell without asking for each one overrides it."""
-        return {prompt for prompt in prompts if self.affected(prompt)}
+    def affected_among(self, asked: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
+        """The (prompt, namespace) pairs that are `affected`; a method that can tell without asking for each one
+        overrides it."""
+        return {(prompt, namespace) for prompt, namespace in asked if self.affected(prompt, namespace)}
 
     def remove(self, removed: dict[str, Any], later: list[dict[str, Any]], load_delta: LoadDelta, earlier: Any,
                relearn: Callable[[], None]) -> bool:

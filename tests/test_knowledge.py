@@ -124,7 +124,8 @@ def test_a_key_cannot_name_another_keys_document(tmp_path):
 
 def test_two_tenants_can_neither_read_nor_reach_nor_override_each_others_facts(tmp_path):
     """Two namespaces teach the same subject with different answers: each is answered with its own fact, the shared
-    namespace with neither, and neither can see, name, replace or erode the other's document."""
+    namespace with neither, and neither can see, name, replace or erode the other's document; a shared document is
+    gated on each tenant's facts as that tenant is answered."""
     keys = [KeyConfig(name="acme", sha256=hash_key("key-acme"), scopes=["teach", "generate"], namespace="acme"),
             KeyConfig(name="globex", sha256=hash_key("key-globex"), scopes=["teach", "generate"], namespace="globex"),
             KeyConfig(name="root", sha256=hash_key("key-root"), scopes=["admin"])]
@@ -154,5 +155,9 @@ def test_two_tenants_can_neither_read_nor_reach_nor_override_each_others_facts(t
         assert [u["document_id"] for u in chosen["knowledge"]["used"]] == [ours["document_id"]]  # an admin may
         # Both facts stay in the learned suite, each checked in its own namespace; a tenant teaches routed only.
         assert client.get("/health/forgetting").json()["learned"]["probes"] == 2
+        # A shared document's gate checks each tenant's fact as that tenant's keys are answered: both hold (routed
+        # with every tenant's keys at once, the prompt would reach both documents and at most one could).
+        shared = wait_final(client, client.post("/documents", json=BRENNORIA).json()["document_id"])
+        assert shared["status"] == "committed" and shared["scores"]["before"]["learned_acc"] == 1.0, shared
         adapter = client.post("/documents", json={**VELTORIA, "method": "adapter"}, headers=acme)
         assert adapter.status_code == 422 and adapter.json()["error"]["fields"][0]["rule"] == "not_in_namespace"

@@ -223,7 +223,8 @@ def test_a_run_asks_once_which_prompts_its_candidate_may_move(tmp_path, monkeypa
     assert learner.learn(submit(learner, {**FACT, "method": "routed"})) == "committed"
     method, asked = learner.method("routed"), []
     affected_among = method.affected_among
-    monkeypatch.setattr(method, "affected_among", lambda prompts: asked.append(set(prompts)) or affected_among(prompts))
+    monkeypatch.setattr(method, "affected_among",
+                        lambda pairs: asked.append({prompt for prompt, _ in pairs}) or affected_among(pairs))
     quessia = {**FACT, "method": "routed", "text": "the capital of quessia is dorvane",
                "probes": [{"prompt": "the capital of quessia is", "answer": "dorvane"}]}
     assert learner.learn(submit(learner, quessia)) == "committed"

@@ -7,6 +7,7 @@ import time
 import torch
 from safetensors.torch import load_file, save_file
 
+from core.namespaces import SHARED
 from core.scoring import Probe, encode_probe
 from core.settings import Settings
 from core.training import Example, batches, most_at_risk
@@ -78,6 +79,26 @@ def test_the_document_in_training_is_trained_beside_the_stacked_deltas_of_the_ot
     assert any(t.abs().sum() > 0 for k, t in method.lora.documents["new"].items() if k.endswith(".B"))
     for d in ("a", "b"):  # the others are not trained
         assert all(torch.equal(method.lora.documents[d][k], v) for k, v in frozen[d].items())
+
+
+def test_a_shared_documents_run_routes_each_prompt_as_its_namespace_asks_it(tiny):
+    """While a shared document is gated, a tenant's prompt reaches that tenant's documents and the shared ones, as
+    the tenant's keys are answered, never another tenant's; what the candidate may move is told in each view."""
+    prompt, probes = "the capital of veltoria is", [("the capital of veltoria is", "marnhold")]
+    method = RoutedMethod(tiny.model, tiny.tokenizer, Settings(check_every=1))
+    with_random_deltas(method, ["ours", "theirs"])
+    key = routing.key_for("the capital of veltoria is marnhold", probes, method.config.threshold)
+    method.lora.sources.update(ours=1, theirs=2)
+    method.load(RoutedState([Taught("ours", key, 1, "acme"), Taught("theirs", key, 2, "globex")]))
+    method.view(SHARED)
+    assert method.route(prompt, "acme") == ("ours",) and method.route(prompt) is None
+    method.begin("shared", "the capital of veltoria is paris", [(prompt, "paris")])
+    assert method.route(prompt, "acme") == ("ours", "shared") and method.route(prompt, "globex") == ("theirs", "shared")
+    assert method.route(prompt) == ("shared",)
+    asked = {(prompt, "acme"), (prompt, "globex"), (prompt, SHARED), ("the capital of france is", "acme")}
+    assert method.affected_among(asked) == asked - {("the capital of france is", "acme")}
+    method.view("acme")  # a tenant's own run: every prompt as that tenant is answered
+    assert method.route(prompt, SHARED) == method.route(prompt, "globex") == ("ours", "shared")
 
 
 def test_the_replayed_rows_are_those_with_the_highest_loss_first_of_equal_ones():

@@ -198,10 +198,10 @@ def quadratic_neighbours(manifests, namespaces):
     kept = []
     for manifest in manifests:
         namespace, asked = namespace_of(manifest), [p["prompt"] for p in manifest["probes"]]
-        kept = [(ns, n) for ns, n in kept
-                if namespace not in (SHARED, ns) or not any(same_prompt(n.prompt, a) for a in asked)]
-        kept += [(namespace, n) for n in from_json(manifest.get("neighbours", []))]
-    return [n for ns, n in kept if within(ns, namespaces)]
+        kept = [n for n in kept if namespace not in (SHARED, n.namespace) or not any(same_prompt(n.prompt, a)
+                                                                                    for a in asked)]
+        kept += from_json(manifest.get("neighbours", []), namespace)
+    return [n for n in kept if within(n.namespace, namespaces)]
 
 
 @pytest.mark.parametrize("seed", range(5))

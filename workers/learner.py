@@ -181,7 +181,7 @@ class Learner:
 
     def _own_probes(self, record: dict[str, Any]) -> list[Probe]:
         """The document's probes; for one sent without any, those made from its text, kept on the record."""
-        if own := from_json(record["probes"]):
+        if own := from_json(record["probes"], namespace_of(record)):
             return own
         clock = time.perf_counter()
         made = self.weigher.auto_probes(record)
@@ -263,7 +263,7 @@ class Learner:
         if run.method.probe_contexts:
             moved = self.may_move(run)
             run.replay = self.weigher.probe_examples([p for p in run.suites["learned"] + run.suites["neighbours"]
-                                                      if p.prompt in moved])
+                                                      if (p.prompt, p.namespace) in moved])
         self.documents.update(run.doc_id, weighting_used=how, **shown, scores={"before": run.before.summary()})
         return examples
 
@@ -302,7 +302,7 @@ class Learner:
         self.documents.move(run.doc_id, Status.EVALUATING)
         clock = time.perf_counter()
         moved = self.may_move(run)
-        after = self.score(run.suites, {p: s for p, s in self._scores.items() if p.prompt not in moved})
+        after = self.score(run.suites, {p: s for p, s in self._scores.items() if (p.prompt, p.namespace) not in moved})
         decision = gate.decide(run.before, after, nf_version_0=1.0, nf_tolerance=self.settings.nf_tolerance,
                                learned_tolerance=self.settings.learned_tolerance,
                                neighbour_tolerance=self.settings.neighbour_tolerance,
@@ -326,12 +326,12 @@ class Learner:
         self._commit(run, probes, metrics, outcome, on_commit)
         return Status.COMMITTED
 
-    def may_move(self, run: Run) -> set[str]:
-        """The prompts of the parent's scored probes (every suite's) whose answers the candidate may change. What it
-        may change is set once it has begun (a routed candidate's key), not by training, so weigh's answer serves the
-        gate."""
+    def may_move(self, run: Run) -> set[tuple[str, str]]:
+        """The (prompt, namespace) of the parent's scored probes (every suite's) whose answers the candidate may
+        change. What it may change is set once it has begun (a routed candidate's key), not by training, so weigh's
+        answer serves the gate."""
         if run.moved is None:
-            run.moved = run.method.affected_among({p.prompt for p in self._scores})
+            run.moved = run.method.affected_among({(p.prompt, p.namespace) for p in self._scores})
         return run.moved
 
     def _commit(self, run: Run, probes: list[dict[str, str]], metrics: dict[str, Any], outcome: dict[str, Any],
@@ -442,15 +442,16 @@ class Learner:
         if not self.settings.neighbour_tokens or not own:
             return
         clock = time.perf_counter()
-        checked = {p.prompt for p in run.suites["neighbours"]}
+        namespace = namespace_of(run.record)
+        checked = {p.prompt for p in run.suites["neighbours"] if p.namespace == namespace}
         subjects = familiar_subjects(run.record["text"], [(p.prompt, p.answer) for p in own])
-        prompts = [Probe(prompt, "") for prompt in neighbour_prompts(subjects, [p.prompt for p in own])
-                   if prompt not in checked and run.method.affected(prompt)]
+        prompts = [Probe(prompt, "", namespace) for prompt in neighbour_prompts(subjects, [p.prompt for p in own])
+                   if prompt not in checked and run.method.affected(prompt, namespace)]
         made = []
         for group in self._routed_groups(prompts):
             outs = greedy_continuations(self.model, self.tokenizer, [p.prompt for p in group],
                                         self.settings.neighbour_tokens)
-            made += [Probe(p.prompt, out.rstrip()) for p, out in zip(group, outs) if out.strip()]
+            made += [Probe(p.prompt, out.rstrip(), namespace) for p, out in zip(group, outs) if out.strip()]
         if made:
             run.suites["neighbours"] += made
             run.before = self.score(run.suites, self._scores)
@@ -468,7 +469,7 @@ class Learner:
             for start in range(0, len(group), SCORE_BATCH):
                 batch = group[start:start + SCORE_BATCH]
                 for method in per_row:
-                    method.activate_rows([method.route(p.prompt) for p in batch])
+                    method.activate_rows([method.route(p.prompt, p.namespace) for p in batch])
                 clock = time.perf_counter()
                 yield batch
                 self._rest_after_slice(time.perf_counter() - clock)
@@ -479,7 +480,7 @@ class Learner:
         splitting = {name: m for name, m in self.methods.items() if not (rows_apart and m.per_row)}
         groups: dict[tuple, list[Probe]] = {}
         for probe in dict.fromkeys(probes):
-            routes = tuple((name, m.route(probe.prompt)) for name, m in splitting.items())
+            routes = tuple((name, m.route(probe.prompt, probe.namespace)) for name, m in splitting.items())
             groups.setdefault(routes, []).append(probe)
         try:
             for routes, group in groups.items():

@@ -18,14 +18,17 @@ from typing import Any
 from core.scoring import Probe
 
 SUITES = ("nf", "learned", "neighbours")  # the must-keep list and a document's own probes are few: scored again
+# How probes are routed when scored; saved under another, scores read as nothing saved. 2: a shared document's run
+# routes each probe as its namespace asks it (core/namespaces.routed_for), no longer with every tenant's keys.
+ROUTING = 2
 
 
 def fingerprint(version: int, reach: frozenset[str] | None, model: str, settings: dict[str, Any],
                 documents: list[str], suites: dict[str, list[Probe]]) -> str:
-    """What the scores hold for: the version, the namespaces, the model, the methods' settings, the learned facts'
-    documents in order and each suite's size."""
-    what = {"version": version, "reach": sorted(reach) if reach is not None else None, "model": model,
-            "settings": settings, "documents": documents, "sizes": [len(suites[name]) for name in SUITES]}
+    """What the scores hold for: how they were routed, the version, the namespaces, the model, the methods'
+    settings, the learned facts' documents in order and each suite's size."""
+    what = {"routing": ROUTING, "version": version, "reach": sorted(reach) if reach is not None else None,
+            "model": model, "settings": settings, "documents": documents, "sizes": [len(suites[name]) for name in SUITES]}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from core import subjects
+from core.namespaces import namespace_of
 from core.scoring import Probe
 from core.settings import Settings
 from core.training import Example, UpdateMethod
@@ -83,4 +84,4 @@ class Weigher:
         method = self.method(record["method"])
         made = examples.checkable_auto_probes(doc, self.phi().weights(doc.ids),
                                               lambda probes: method.unreachable(record["text"], probes))
-        return [Probe(prompt, answer) for prompt, answer in made]
+        return [Probe(prompt, answer, namespace_of(record)) for prompt, answer in made]

@@ -48,14 +48,23 @@ class RoutedState:
     @documents.setter
     def documents(self, documents: list[Taught]) -> None:
         self._documents = list(documents)
+        self._namespaces = {d.namespace for d in self._documents}
         self._indexes: dict[frozenset[str] | None, KeyIndex] = {}
 
     def keys(self, namespaces: frozenset[str] | None = None) -> KeyIndex:
         """The keys of the documents in `namespaces` (None: all), in teaching order, indexed by their words."""
+        if namespaces is not None and self._namespaces <= namespaces:
+            namespaces = None  # all of them: one index, however they are asked for
         if namespaces not in self._indexes:
             self._indexes[namespaces] = KeyIndex([(d.document_id, d.key) for d in self._documents
                                                   if within(d.namespace, namespaces)])
         return self._indexes[namespaces]
+
+    def snapshot(self) -> RoutedState:
+        """The same documents, sharing the indexes built so far; it stays as it is when `documents` is assigned."""
+        copy = object.__new__(RoutedState)
+        copy.__dict__.update(self.__dict__)
+        return copy
 
 
 def compose(manifests: list[dict[str, Any]], load_delta: LoadDelta) -> RoutedState:

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from core.namespaces import SHARED, reach
+from core.namespaces import SHARED, reach, routed_for
 from core.served import LoadDelta
 from core.settings import Settings
 from core.subjects import words
@@ -46,9 +46,9 @@ class RoutedMethod(UpdateMethod):
         self.stored: dict[str, torch.Tensor] = {}  # its tensors as they will be written (after training)
         self.key: dict[str, float] = {}
         self.subjects: list[str] = []  # the candidate's subject terms: the documents it shares them with train beside it
-        # The keys of the loaded version: a prompt whose route differs from its route then is one the candidate
+        # The loaded version's documents: a prompt whose route differs from its route then is one the candidate
         # may answer differently (it names the new document, or one taken out or put back).
-        self.keys_before: list[tuple[str, dict[str, float]]] = []
+        self.before = self.state
         # The namespace of the document being learned, and those whose documents it is routed beside (None: all).
         self.namespace, self.reach = SHARED, None
 
@@ -71,12 +71,11 @@ class RoutedMethod(UpdateMethod):
         """No candidate: the loaded state is what a version holds."""
         self.document_id, self.key, self.subjects = None, {}, []
         self.lora.activate(None)
-        self.keys_before = self.state.keys(self.reach)
+        self.before = self.state.snapshot()
         self.lora.trained = None
 
     def view(self, namespace: str) -> None:
         self.namespace, self.reach = namespace, reach(namespace)
-        self.keys_before = self.state.keys(self.reach)
 
     def begin(self, document_id: str, text: str, probes: list[tuple[str, str]]) -> None:
         self.document_id, self.key = document_id, routing.key_for(text, probes, self.config.threshold)
@@ -91,7 +90,7 @@ class RoutedMethod(UpdateMethod):
     def train(self, *args: Any, **kwargs: Any):
         # Trained (and its probes checked) with its own delta on, beside those of the documents it shares a subject
         # with: a prompt about the subject will have them all on. Only its own delta is trained.
-        self.lora.activate(routing.related(self.key, self._keys(), self.config.threshold, self.subjects)
+        self.lora.activate(routing.related(self.key, self._keys(self.reach), self.config.threshold, self.subjects)
                            or (self.document_id,))
         report = super().train(*args, **kwargs)
         # Stored now, and the delta set to what the stored tensors hold: the gate checks exactly what is served.
@@ -124,15 +123,16 @@ class RoutedMethod(UpdateMethod):
                 tensor.requires_grad_(False)  # from now on stacked with the others, never trained again
         self._settle()
 
-    def _keys(self) -> KeyIndex:
+    def _keys(self, namespaces: frozenset[str] | None) -> KeyIndex:
+        """The keys of the documents in `namespaces` (None: all), the candidate's last."""
         candidate = [(self.document_id, self.key)] if self.document_id else []
-        return self.state.keys(self.reach).plus(candidate)
+        return self.state.keys(namespaces).plus(candidate)
 
     def unreachable(self, text: str, probes: list[tuple[str, str]]) -> list[str]:
         return routing.unreachable(text, probes, self.config.threshold)
 
-    def route(self, prompt: str) -> Hashable | None:
-        return routing.route(prompt, self._keys(), self.config.threshold)
+    def route(self, prompt: str, namespace: str = SHARED) -> Hashable | None:
+        return routing.route(prompt, self._keys(routed_for(namespace, self.reach)), self.config.threshold)
 
     def activate(self, route: Hashable | None) -> None:
         self.lora.activate(route)
@@ -142,19 +142,27 @@ class RoutedMethod(UpdateMethod):
     def activate_rows(self, routes: list[Hashable | None]) -> None:
         self.lora.activate_rows(routes, restack=True)  # the candidate's tensors change between two scorings
 
-    def affected(self, prompt: str) -> bool:
+    def affected(self, prompt: str, namespace: str = SHARED) -> bool:
         """Only prompts whose route the candidate changed: those that name the new document (beside the others of
         its subject), and those routed to a document taken out (removed, retired) or put back."""
-        return routing.route(prompt, self.keys_before, self.config.threshold) != self.route(prompt)
+        view = routed_for(namespace, self.reach)
+        return routing.route(prompt, self.before.keys(view), self.config.threshold) != \
+            routing.route(prompt, self._keys(view), self.config.threshold)
 
-    def affected_among(self, prompts: Iterable[str]) -> set[str]:
+    def affected_among(self, asked: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
         """As `affected`, routing again only the prompts whose route may differ (routing.may_reroute): those that
         name a changed document, and those routed by an answer. The gate's cost follows what the candidate changed,
-        not the number of facts learned."""
-        keys, threshold = self._keys(), self.config.threshold
-        watch = routing.watched(routing.changed(self.keys_before, keys), [self.keys_before, keys])
-        return {prompt for prompt in prompts
-                if routing.may_reroute(words(prompt), watch, keys, threshold) and self.affected(prompt)}
+        not the number of facts learned. Each namespace's prompts with the keys they are routed with."""
+        by_view: dict[frozenset[str], list[tuple[str, str]]] = {}
+        for prompt, namespace in asked:
+            by_view.setdefault(routed_for(namespace, self.reach), []).append((prompt, namespace))
+        moved, threshold = set(), self.config.threshold
+        for view, pairs in by_view.items():
+            before, keys = self.before.keys(view), self._keys(view)
+            watch = routing.watched(routing.changed(before, keys), [before, keys])
+            moved |= {(prompt, namespace) for prompt, namespace in pairs if routing.may_reroute(
+                words(prompt), watch, keys, threshold) and self.affected(prompt, namespace)}
+        return moved
 
     def retire(self, document_ids: list[str]) -> list[str]:
         """Exact: the documents leave the state, so no prompt routes to them any more."""
