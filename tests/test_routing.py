@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from core.model.generation import SamplingParams, generate
 from core.model.serving import ServingModel
 from methods.routed import routing
+from methods.routed.serving import RoutedState, Taught
 from tests.api_app import tiny_client, tiny_settings, wait_final, wait_version
 from tests.tiny import tiny_loaded
 
@@ -168,6 +169,24 @@ def test_the_index_routes_exactly_as_the_scan(keys, prompt_words, extra):
     for _, key in listed:
         assert routing.related(key, index, THRESHOLD) == routing.related(key, scan, THRESHOLD)
     assert list(index) == scan and all(index.key_of(d) == key for d, key in scan)
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys_lists, st.integers(0, 12), st.lists(st.sampled_from(["", "acme", "globex"]), max_size=12))
+def test_an_index_grown_key_by_key_is_the_index_built_at_once(keys, cut, namespaces):
+    """A committed document extends the learner's indexes (KeyIndex.extended, RoutedState.append) instead of their
+    being built again: what they hold is what building them from all the keys gives, in every namespace's view."""
+    listed = [(f"d{i}", key) for i, key in enumerate(keys)]
+    assert vars(routing.KeyIndex(listed[:cut]).extended(listed[cut:])) == vars(routing.KeyIndex(listed))
+    taught = [Taught(d, key, i + 1, (namespaces + [""] * len(listed))[i]) for i, (d, key) in enumerate(listed)]
+    views = [None, frozenset({""}), frozenset({"", "acme"}), frozenset({"", "globex"})]
+    grown = RoutedState(taught[:cut])
+    for each in taught[cut:]:
+        [grown.keys(view) for view in views]  # indexes built before each commit, as routing a prompt builds them
+        grown.append(each)
+    built = RoutedState(taught)
+    for view in views:
+        assert vars(grown.keys(view)) == vars(built.keys(view))
 
 
 @settings(max_examples=300, deadline=None)

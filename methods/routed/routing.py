@@ -70,6 +70,21 @@ class KeyIndex(Sequence):
         joined.__dict__ = {**self.__dict__, "_extra": self._extra + list(keys)}
         return joined
 
+    def extended(self, keys: Keys) -> KeyIndex:
+        """The index of these keys and then `keys`, as KeyIndex would build it, in the time of `keys` (a committed
+        document's) and a copy of the tables: the lists under the new keys' entries are copied, the others shared
+        (an index is never changed once built). Only for an index without keys `plus`-ed on top."""
+        assert not self._extra, "a plus-ed index is not extended"
+        grown = object.__new__(KeyIndex)
+        grown._keys, grown._extra = self._keys + list(keys), []
+        grown._order = {**self._order, **{document_id: len(self._keys) + i for i, (document_id, _) in enumerate(keys)}}
+        grown._by_word = dict(self._by_word)
+        for i, (_, key) in enumerate(keys, start=len(self._keys)):
+            for entry, most in entry_weights(key).items():
+                grown._by_word[entry] = [*grown._by_word.get(entry, ()), (i, most)]
+        grown._answers = self._answers | answer_words(list(keys))
+        return grown
+
     def answer_words(self) -> set[str]:
         """The first words of the keys' answers' terms (routing.answer_words)."""
         return self._answers | answer_words(self._extra)

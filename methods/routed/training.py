@@ -114,8 +114,12 @@ class RoutedMethod(UpdateMethod):
 
     def committed(self, version: int) -> None:
         if self.document_id is not None:
-            self.state.documents = [*(t for t in self.state.documents if t.document_id != self.document_id),
-                                    Taught(self.document_id, self.key, version, self.namespace)]
+            taught = Taught(self.document_id, self.key, version, self.namespace)
+            if any(t.document_id == self.document_id for t in self.state.documents):  # taught again: it moves last
+                self.state.documents = [*(t for t in self.state.documents if t.document_id != self.document_id),
+                                        taught]
+            else:
+                self.state.append(taught)
             self.lora.sources[self.document_id] = version
             if self.state.load_delta is not None:  # read again from the version if it leaves memory
                 self.lora.register(self.document_id, version, partial(self.state.load_delta, version))
