@@ -7,8 +7,9 @@ Per n: seconds from start to ready (every version's manifest read, the current v
 GET /documents?limit=50 (first and last page), POST /documents, GET /metrics, GET /v1/models, GET /documents/{id}
 (a lineage walk) and GET /health/forgetting (every version), the server's RSS after them; then a real `ckl worker`
 started on that store, which teaches the first posted document (no probes: auto-probes, training, the gate, the
-commit), and, once it did, a second worker started after it, which teaches the next: each one's seconds from its
-start to the document's final status (None past --worker-timeout), the job's timings and the worker's peak RSS;
+commit), and, once it did, a second worker started after it, which teaches the next two (the second of them is
+the job a worker that keeps running does each time): each job's seconds from its worker's start or its last job's
+end to the document's final status (None past --worker-timeout), its timings and the worker's peak RSS;
 the data folder's bytes as n distinct deltas would take them (each hard link counted); and the seconds of one
 more commit from a fresh process and of the one after it.
 """
@@ -109,25 +110,32 @@ def apparent_bytes(data: Path) -> int:
     return sum(p.stat().st_size for p in data.rglob("*") if p.is_file() and p not in sources)
 
 
-def worker_job(env: dict[str, str], client: httpx.Client, document_id: str, timeout_s: float) -> dict:
-    """A `ckl worker` started on the store, until the posted document is final or `timeout_s` has passed: the
-    seconds (None past the time), the status, the job's timings and the worker's peak RSS (sampled every 0.2 s)."""
+def worker_jobs(env: dict[str, str], client: httpx.Client, document_ids: list[str], timeout_s: float) -> list[dict]:
+    """A `ckl worker` started on the store, until each posted document (queued in this order) is final or
+    `timeout_s` has passed since the last one was: per document, those seconds (None past the time, and no later
+    document waited for), the status, the job's timings and the worker's peak RSS (sampled every 0.2 s)."""
     import psutil
 
-    clock, peak = time.perf_counter(), 0
+    rows, peak = [], 0
     worker = subprocess.Popen([sys.executable, "-m", "ckl", "worker"], env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     try:
-        while (record := client.get(f"/documents/{document_id}").json())["status"] not in FINAL:
-            if worker.poll() is not None:
-                raise RuntimeError(f"the worker ended before {document_id} was final")
-            if time.perf_counter() - clock > timeout_s:
+        for document_id in document_ids:
+            clock = time.perf_counter()
+            while (record := client.get(f"/documents/{document_id}").json())["status"] not in FINAL:
+                if worker.poll() is not None:
+                    raise RuntimeError(f"the worker ended before {document_id} was final")
+                if time.perf_counter() - clock > timeout_s:
+                    break
+                peak = max(peak, psutil.Process(worker.pid).memory_info().rss)
+                time.sleep(0.2)
+            final = record["status"] in FINAL
+            rows.append({"final_s": round(time.perf_counter() - clock, 1) if final else None,
+                         "status": record["status"], "peak_rss_mb": round(peak / 2**20),
+                         "timings": record.get("timings")})
+            if not final:
                 break
-            peak = max(peak, psutil.Process(worker.pid).memory_info().rss)
-            time.sleep(0.2)
-        final = record["status"] in FINAL
-        return {"final_s": round(time.perf_counter() - clock, 1) if final else None, "status": record["status"],
-                "peak_rss_mb": round(peak / 2**20), "timings": record.get("timings")}
+        return rows
     finally:
         worker.kill()  # stopped, it would first finish the job it has begun (minutes on a large store)
         worker.wait(30)
@@ -216,11 +224,12 @@ def measure(n: int, models_dir: Path, requests: int, worker_timeout_s: float) ->
                 # one started again after it committed (it reads the scores the first one saved). The first is
                 # killed once its document is final: the job it had begun is left, as by a crash, and the second
                 # takes the first document still queued.
-                row["worker_cold"] = worker_job(env, client, posted_id(client, 0), worker_timeout_s)
+                row["worker_cold"] = worker_jobs(env, client, [posted_id(client, 0)], worker_timeout_s)[0]
                 if row["worker_cold"]["final_s"] is not None:
-                    queued = next(d for i in range(1, requests) if (
-                        client.get(f"/documents/{(d := posted_id(client, i))}").json()["status"] == "queued"))
-                    row["worker_restarted"] = worker_job(env, client, queued, worker_timeout_s)
+                    queued = [d for i in range(1, requests) if (
+                        client.get(f"/documents/{(d := posted_id(client, i))}").json()["status"] == "queued")]
+                    jobs = worker_jobs(env, client, queued[:2], worker_timeout_s)
+                    row.update(zip(("worker_restarted", "worker_next"), jobs))
             row["disk_gb"] = round(apparent_bytes(data) / 1e9, 2)
         finally:
             server.terminate()
