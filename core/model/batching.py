@@ -165,7 +165,10 @@ class Scheduler:
                     for group in list(self._groups.values()):
                         self._step(group)
             idle = threading.Timer(BUSY_GAP_S, self._give_back_if_idle)
-            idle.daemon = True
+            # Not a daemon (it would inherit the decoder's): the process's exit waits for it, at most BUSY_GAP_S. A
+            # daemon one still waiting at exit aborted the process now and then ("terminate called without an
+            # active exception").
+            idle.daemon = False
             idle.start()
         except Exception as exc:  # a fault outside a forward pass: no request may be left waiting for it
             with self._lock:

@@ -136,10 +136,21 @@ class Watched(NamedTuple):
 
 
 def watched(changed_keys: Keys, keys: Iterable[Keys]) -> Watched:
-    """What `may_reroute` looks for, between two sets of keys (`keys`) that differ by `changed_keys`."""
+    """What `may_reroute` looks for, between two sets of keys (`keys`) that differ by `changed_keys`. The answers:
+    those of the documents a changed one can be related to (`related`: the words of their subjects hold the first
+    word of one of its terms); a prompt about no document that names no such answer is routed to no changed
+    document in either set."""
     names = {first_word(term) for _, key in changed_keys for term in key}
-    answers: set[str] | None = set().union(*(answer_words(each) for each in keys))
-    return Watched(None if "" in names else names, None if "" in answers else answers)
+    if "" in names:
+        return Watched(None, None)
+    answers = {first_word(term) for each in keys for _, key in each if not names.isdisjoint(asked_words(key))
+               for term in key if term.startswith(ANSWER)}
+    return Watched(names, None if "" in answers else answers)
+
+
+def asked_words(key: dict[str, float]) -> set[str]:
+    """The words of the terms a question about the document names (`asked`): what `related` routes with."""
+    return {w for term in asked(key) for w in term.replace("|", " ").split()}
 
 
 def may_reroute(prompt_words: set[str], watch: Watched, keys: Keys, threshold: float) -> bool:
@@ -302,8 +313,9 @@ def related(key: dict[str, float], keys: Keys, threshold: float, about: Sequence
     (`about`: the subject terms its probes ask about, `subject_terms`), or, without any, a prompt naming all its key
     words but its answers. A rarer word that many documents use ("banknotes" in every currency story) does not
     make them one subject."""
-    terms = about or asked(key)
-    return reached({w for term in terms for w in term.replace("|", " ").split()}, keys, threshold) or ()
+    if about:
+        return reached({w for term in about for w in term.replace("|", " ").split()}, keys, threshold) or ()
+    return reached(asked_words(key), keys, threshold) or ()
 
 
 def asked(key: dict[str, float]) -> dict[str, float]:
