@@ -25,6 +25,11 @@ class Probe:
     # identity, so two tenants' facts with the same words keep a score each.
     namespace: str = SHARED
 
+    @property
+    def asked(self) -> tuple[str, str]:
+        """The prompt and the namespace it is asked in: what routes it."""
+        return self.prompt, self.namespace
+
 
 def join_probe(prompt: str, answer: str) -> str:
     """The probe as one text: a space goes between prompt and answer unless one is already there."""

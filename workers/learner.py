@@ -263,7 +263,7 @@ class Learner:
         if run.method.probe_contexts:
             moved = self.may_move(run)
             run.replay = self.weigher.probe_examples([p for p in run.suites["learned"] + run.suites["neighbours"]
-                                                      if (p.prompt, p.namespace) in moved])
+                                                      if p.asked in moved])
         self.documents.update(run.doc_id, weighting_used=how, **shown, scores={"before": run.before.summary()})
         return examples
 
@@ -302,7 +302,7 @@ class Learner:
         self.documents.move(run.doc_id, Status.EVALUATING)
         clock = time.perf_counter()
         moved = self.may_move(run)
-        after = self.score(run.suites, {p: s for p, s in self._scores.items() if (p.prompt, p.namespace) not in moved})
+        after = self.score(run.suites, {p: s for p, s in self._scores.items() if p.asked not in moved})
         decision = gate.decide(run.before, after, nf_version_0=1.0, nf_tolerance=self.settings.nf_tolerance,
                                learned_tolerance=self.settings.learned_tolerance,
                                neighbour_tolerance=self.settings.neighbour_tolerance,
@@ -331,7 +331,7 @@ class Learner:
         change. What it may change is set once it has begun (a routed candidate's key), not by training, so weigh's
         answer serves the gate."""
         if run.moved is None:
-            run.moved = run.method.affected_among({(p.prompt, p.namespace) for p in self._scores})
+            run.moved = run.method.affected_among({p.asked for p in self._scores})
         return run.moved
 
     def _commit(self, run: Run, probes: list[dict[str, str]], metrics: dict[str, Any], outcome: dict[str, Any],

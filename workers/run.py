@@ -21,7 +21,8 @@ class Run:
     fields: dict[str, Any] = field(default_factory=dict)  # what the document record and manifest also get
     superseded: list[str] = field(default_factory=list)  # documents every learned fact of which this one replaces
     replay: list[Example] = field(default_factory=list)  # earlier facts trained beside the document's own examples
-    moved: set[str] | None = None  # the prompts the candidate may move, once it has begun (Learner.may_move)
+    # The (prompt, namespace) pairs the candidate may move, once it has begun (Learner.may_move).
+    moved: set[tuple[str, str]] | None = None
 
     @property
     def doc_id(self) -> str:

@@ -150,7 +150,11 @@ def watched(changed_keys: Keys, keys: Iterable[Keys]) -> Watched:
 
 def asked_words(key: dict[str, float]) -> set[str]:
     """The words of the terms a question about the document names (`asked`): what `related` routes with."""
-    return {w for term in asked(key) for w in term.replace("|", " ").split()}
+    return term_words(asked(key))
+
+
+def term_words(terms: Iterable[str]) -> set[str]:
+    return {w for term in terms for w in term.replace("|", " ").split()}
 
 
 def may_reroute(prompt_words: set[str], watch: Watched, keys: Keys, threshold: float) -> bool:
@@ -313,9 +317,7 @@ def related(key: dict[str, float], keys: Keys, threshold: float, about: Sequence
     (`about`: the subject terms its probes ask about, `subject_terms`), or, without any, a prompt naming all its key
     words but its answers. A rarer word that many documents use ("banknotes" in every currency story) does not
     make them one subject."""
-    if about:
-        return reached({w for term in about for w in term.replace("|", " ").split()}, keys, threshold) or ()
-    return reached(asked_words(key), keys, threshold) or ()
+    return reached(term_words(about or asked(key)), keys, threshold) or ()
 
 
 def asked(key: dict[str, float]) -> dict[str, float]:
