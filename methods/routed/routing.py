@@ -143,7 +143,10 @@ def watched(changed_keys: Keys, keys: Iterable[Keys]) -> Watched:
     names = {first_word(term) for _, key in changed_keys for term in key}
     if "" in names:
         return Watched(None, None)
-    answers = {first_word(term) for each in keys for _, key in each if not names.isdisjoint(asked_words(key))
+    # Each key once, though both sets hold most of them (the same objects); a document with another key in each
+    # set is looked at with both.
+    unique = {(document_id, id(key)): key for each in keys for document_id, key in each}
+    answers = {first_word(term) for key in unique.values() if not names.isdisjoint(asked_words(key))
                for term in key if term.startswith(ANSWER)}
     return Watched(names, None if "" in answers else answers)
 

@@ -164,8 +164,9 @@ class RoutedMethod(UpdateMethod):
         for view, pairs in by_view.items():
             before, keys = self.before.keys(view), self._keys(view)
             watch = routing.watched(routing.changed(before, keys), [before, keys])
-            moved |= {(prompt, namespace) for prompt, namespace in pairs if routing.may_reroute(
-                words(prompt), watch, keys, threshold) and self.affected(prompt, namespace)}
+            moved |= {(prompt, namespace) for prompt, namespace in pairs
+                      if routing.may_reroute(words(prompt), watch, keys, threshold)
+                      and routing.route(prompt, before, threshold) != routing.route(prompt, keys, threshold)}
         return moved
 
     def retire(self, document_ids: list[str]) -> list[str]:
