@@ -21,6 +21,9 @@ def version_row(manifest: dict[str, Any]) -> dict[str, Any]:
         "learned_acc": metrics.get("learned_acc"),
         "must_keep_acc": metrics.get("must_keep_acc"),
         "neighbours_acc": metrics.get("neighbours_acc"),
+        # probes a learner without saved scores never scored (no candidate could move them): not in the shares
+        "learned_unscored": metrics.get("learned_unscored", 0),
+        "neighbours_unscored": metrics.get("neighbours_unscored", 0),
         # the share of the general prompts continued otherwise than by version 0 (None: a version from before)
         "general_drift": metrics.get("general_drift", 0.0 if manifest["version"] == 0 else None),
         "decision": "base" if manifest["version"] == 0 else "committed",
@@ -55,9 +58,11 @@ def report(versions: VersionStore, suites: ProbeSuites, documents: DocumentStore
         "learned": {
             "probes": len(learned_facts(versions, current)),
             "acc_now": now["learned_acc"],
+            "unscored": now["learned_unscored"],
         },
         "must_keep": {"probes": to_json(suites.must_keep()), "acc_now": now["must_keep_acc"]},
-        "neighbours": {"probes": len(committed_neighbours(versions, current)), "acc_now": now["neighbours_acc"]},
+        "neighbours": {"probes": len(committed_neighbours(versions, current)), "acc_now": now["neighbours_acc"],
+                       "unscored": now["neighbours_unscored"]},
         "history": rows,
         "events": versions.events()[-last:],
         "replaced": replacements(versions, current),

@@ -171,6 +171,11 @@ class UpdateMethod(ABC):
         it may reach: core/namespaces.routed_for); None for a method that does not route."""
         return None
 
+    def parent_route(self, prompt: str, namespace: str = SHARED) -> Hashable | None:
+        """After `begin`: `route` as the parent version has it, the documents retired since in it and the candidate
+        not. A method whose candidate changes no route (and retires none) routes as `route` does."""
+        return self.route(prompt, namespace)
+
     def activate(self, route: Hashable | None) -> None:
         """Use `route` for the next forward passes (scoring a group of probes with the same route)."""
 

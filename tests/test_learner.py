@@ -278,7 +278,66 @@ def test_saved_scores_hold_only_for_what_they_were_saved_for():
                   (3, None, "other", {"routed": {"rank": 4}}, ["doc"]), (3, None, "tiny", {"routed": {"rank": 8}}, ["doc"]),
                   (3, None, "tiny", {"routed": {"rank": 4}}, ["another"])]:
         assert saved_scores.from_saved(saved, saved_scores.fingerprint(*other, suites), suites) == {}
-    assert saved_scores.to_saved(check, suites, {nf: 1.0}) is None  # a probe without a score
+    unscored = saved_scores.to_saved(check, suites, {nf: 1.0})  # a deferred run's: a probe never scored
+    assert unscored["scores"]["learned"] == [None] and saved_scores.from_saved(unscored, check, suites) == {nf: 1.0}
+
+
+def test_with_no_tolerance_leaving_out_the_probes_a_candidate_cannot_move_decides_as_every_score_does():
+    """A deferred run's gate (Learner.prepare): the learned facts and neighbour prompts the candidate cannot move answer
+    after as before, so scoring none of them (None) leaves the decision and each failed check as they were."""
+    import random
+
+    rng = random.Random(0)
+    for _ in range(500):
+        sizes = {name: rng.randint(0, 6) for name in ("nf", "learned", "must_keep", "own", "neighbours")}
+        before = {name: [rng.choice([0.0, 0.5, 1.0]) for _ in range(n)] for name, n in sizes.items()}
+        moved = {name: [rng.random() < 0.3 for _ in range(n)] for name, n in sizes.items()}
+        after = {name: [rng.choice([0.0, 1.0]) if m else b for b, m in zip(before[name], moved[name])]
+                 for name in before}
+
+        def left_out(scores: dict[str, list]) -> dict[str, list]:  # the deferrable probes not moved: not scored
+            return {name: [None if name in gate.DEFERRABLE and not m else s for s, m in zip(each, moved[name])]
+                    for name, each in scores.items()}
+
+        def decision(b: dict[str, list], a: dict[str, list]) -> tuple[bool, set[str]]:
+            made = gate.decide(gate.SuiteScores(**b), gate.SuiteScores(**a), nf_version_0=1.0, nf_tolerance=0.01,
+                               learned_tolerance=0.0, require_own_probes=True)
+            return made.accepted, {c["check"] for c in made.checks if not c["passed"]}
+        assert decision(left_out(before), left_out(after)) == decision(before, after)
+
+
+def test_a_learner_without_saved_scores_scores_only_the_learned_facts_its_candidate_may_move(tmp_path, monkeypatch):
+    """With no saved scores (a worker on a store scored under other settings), a routed candidate on another subject
+    scores none of the learned facts: its record counts them unscored. One on the same subject scores that subject's
+    fact, routed as in its parent, and its scores and gate are those of a learner that read every score saved."""
+    import shutil
+
+    data = tmp_path / "unsaved"
+    first = Learner(tiny_settings(data, learned_tolerance=0.0), loaded=tiny_loaded())
+    assert first.learn(submit(first, {**FACT, "method": "routed"})) == "committed"
+    shutil.copytree(data, tmp_path / "saved")
+    (data / "probes" / "scores.json").unlink()
+    quessia = {**FACT, "method": "routed", "text": "the capital of quessia is dorvane",
+               "probes": [{"prompt": "the capital of quessia is", "answer": "dorvane"}]}
+    river = {**FACT, "method": "routed", "text": "the river of veltoria is the senn",
+             "probes": [{"prompt": "the river of veltoria is", "answer": "senn"}]}
+    records, scored = {}, {}
+    for folder in ("saved", "unsaved"):
+        learner = Learner(tiny_settings(tmp_path / folder, learned_tolerance=0.0), loaded=tiny_loaded())
+        for name, body in (("quessia", quessia), ("river", river)):
+            calls = counting_scored(monkeypatch)
+            doc = submit(learner, body)
+            assert learner.learn(doc) == "committed"
+            records[folder, name] = learner.documents.get(doc)
+            scored[folder, name] = [(p.prompt, p.answer) for batch in calls for p in batch]
+    fact = ("the capital of veltoria is", "marnhold")
+    assert fact not in scored["unsaved", "quessia"]
+    assert records["unsaved", "quessia"]["scores"]["before"]["learned_unscored"] == 1
+    assert "learned_unscored" not in records["saved", "quessia"]["scores"]["before"]
+    # the candidate moves it: at the gate in both, and before training where it was not saved
+    assert scored["unsaved", "river"].count(fact) == 2 and scored["saved", "river"].count(fact) == 1
+    assert records["unsaved", "river"]["scores"] == records["saved", "river"]["scores"]
+    assert records["unsaved", "river"]["gate"] == records["saved", "river"]["gate"]
 
 
 def test_a_thread_that_sets_its_threads_and_priority_leaves_the_others_theirs():

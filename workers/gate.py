@@ -6,19 +6,33 @@ from typing import Any
 
 from core.scoring import accuracy
 
+# The suites whose probes a learner without their saved scores scores only where a candidate may move them (the
+# learner's deferred run): the others, None, answer after as before. The rest are always scored.
+DEFERRABLE = ("learned", "neighbours")
+
+
+def scored(scores: list[float | None]) -> list[float]:
+    """The scores there are: a deferred probe (None) is left out of every share."""
+    return [s for s in scores if s is not None]
+
 
 @dataclass
 class SuiteScores:
     nf: list[float]
-    learned: list[float]
+    learned: list[float | None]
     must_keep: list[float]
     own: list[float]
-    neighbours: list[float] = field(default_factory=list)  # a known subject's other prompts (core/neighbours.py)
+    neighbours: list[float | None] = field(default_factory=list)  # a known subject's other prompts (core/neighbours.py)
 
-    def summary(self) -> dict[str, float | None]:
-        return {"nf_acc": accuracy(self.nf), "learned_acc": accuracy(self.learned),
-                "must_keep_acc": accuracy(self.must_keep), "own_acc": accuracy(self.own),
-                "neighbours_acc": accuracy(self.neighbours)}
+    def summary(self) -> dict[str, float | int | None]:
+        summary: dict[str, float | int | None] = {
+            "nf_acc": accuracy(self.nf), "learned_acc": accuracy(scored(self.learned)),
+            "must_keep_acc": accuracy(self.must_keep), "own_acc": accuracy(self.own),
+            "neighbours_acc": accuracy(scored(self.neighbours))}
+        for name in DEFERRABLE:
+            if unscored := sum(s is None for s in getattr(self, name)):
+                summary[f"{name}_unscored"] = unscored  # left out of the share above
+        return summary
 
 
 @dataclass
@@ -53,9 +67,11 @@ def retry_plan(decision: Decision) -> RetryPlan | None:
     return None
 
 
-def kept_share(before: list[float], after: list[float]) -> tuple[float, int] | None:
+def kept_share(before: list[float | None], after: list[float | None]) -> tuple[float, int] | None:
     """(share of the probes that passed before and still pass, how many passed before); None when none passed.
-    Each fact is checked against its own last passing state, so losses cannot add up version after version."""
+    Each fact is checked against its own last passing state, so losses cannot add up version after version. A
+    probe not scored (None) is not counted: with no tolerance, a share below 1 is a lost probe wherever it is, and
+    a deferred run scores every probe the candidate may move."""
     passing = [a for b, a in zip(before, after) if b == 1.0]
     return (sum(a == 1.0 for a in passing) / len(passing), len(passing)) if passing else None
 

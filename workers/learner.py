@@ -154,6 +154,8 @@ class Learner:
                                     "answers only prompts that name its subject or its rare words")
         self.add_neighbours(run, own)
         self.rest_after_phase(run, "neighbours_s")
+        self.score_deferred(run)
+        self.rest_after_phase(run, "score_moved_s")
         clock = time.perf_counter()
         examples = self.weigh(run)
         run.timings["weigh_s"] = time.perf_counter() - clock
@@ -193,8 +195,12 @@ class Learner:
 
     # -- the steps -------------------------------------------------------------------------------
     def prepare(self, parent: int, record: dict[str, Any], name: str, own: list[Probe] = (),
-                learned: list[Probe] | None = None) -> Run:
-        """The parent's state on every method, the suites to gate on, and their scores before training."""
+                learned: list[Probe] | None = None, may_defer: bool = True) -> Run:
+        """The parent's state on every method, the suites to gate on, and their scores before training. A learner
+        without the parent's saved scores (a worker on a store whose scores were saved under other settings, or
+        never) defers, where `may_defer` and no tolerance needs every share exact: its learned facts and neighbour
+        prompts are scored once the candidate has begun, only those it may move (score_deferred), not all of them
+        now (48 ms a probe: 8 minutes at 10,000 documents)."""
         method = self.method(name)
         clock, self._sliced = time.perf_counter(), [0.0, 0.0]
         # The document's namespace: it is gated on the prompts of the namespaces it can change answers in, routed as
@@ -214,20 +220,27 @@ class Learner:
                       if not any(same_prompt(n.prompt, p.prompt) for p in own)]
         suites = {"nf": self.suites.nf_probes(), "learned": learned, "must_keep": self.suites.must_keep(),
                   "own": list(own), "neighbours": neighbours}
-        run = Run(record, parent, method, suites, self.score(suites, self._scores))
+        deferred = may_defer and self._deferrable() and any(p not in self._scores for name in gate.DEFERRABLE
+                                                             for p in suites[name])
+        run = Run(record, parent, method, suites, self.score(suites, self._scores, deferred), deferred=deferred)
         if replaced:
             run.fields["replaces"] = [{"prompt": f.probe.prompt, "answer": f.probe.answer, "document_id": f.document_id}
                                       for f in replaced]
             run.superseded = superseded(replaced, facts)
-        self._scores = self._last_scores  # the parent's scores, every probe of the suites included
-        if fresh:  # a learner that starts scored them all: the next one need not
+        self._scores = self._last_scores  # the parent's scores, every probe of the suites not deferred included
+        if fresh:  # a learner that starts saves what it scored: the next one need not score it again
             self._write_scores(parent)
         run.timings["score_before_s"] = time.perf_counter() - clock
         return run
 
+    def _deferrable(self) -> bool:
+        """Whether runs may defer scoring the learned facts and neighbour prompts (prepare): with no tolerance, the
+        gate's decision needs only the scores of those the candidate may move."""
+        return self.settings.learned_tolerance == 0 and self.settings.neighbour_tolerance == 0
+
     def _hold(self, parent: int, namespace: str) -> bool:
         """The suites made, `parent`'s state on every method as seen from `namespace`, and its saved scores as routed
-        there; True when none were saved (every probe is scored anew)."""
+        there; True when none were saved (every probe a run does not defer is scored anew)."""
         self._ensure_suites()
         if self._loaded != parent:
             self.load_state(resolve(self.versions, parent))
@@ -242,14 +255,16 @@ class Learner:
     def warm(self) -> None:
         """Before any document: what a first job would find missing, made now. The default method built, the current
         version loaded, and its suites' scores as a shared document's job routes them, read from the saved file or
-        scored and saved. The embedded learner does it right after start, at idle priority
-        (workers/job.warm_learner), so a first document under load starts where any later one does."""
+        scored and saved: where runs may defer, only those no run defers (the NF suite), as a job would. The
+        embedded learner does it right after start, at idle priority (workers/job.warm_learner), so a first document
+        under load starts where any later one does."""
         with self.lease:
             parent = self.versions.current()
             self.method(self.settings.method)
             if self._hold(parent, SHARED):
                 lineage = self._lineage_suites(parent)
-                self.score({**lineage[0], "must_keep": self.suites.must_keep(), "own": []}, self._scores)
+                self.score({**lineage[0], "must_keep": self.suites.must_keep(), "own": []}, self._scores,
+                           self._deferrable())
                 self._scores = self._last_scores
                 self._write_scores(parent, lineage)
 
@@ -302,7 +317,7 @@ class Learner:
         self.documents.move(run.doc_id, Status.EVALUATING)
         clock = time.perf_counter()
         moved = self.may_move(run)
-        after = self.score(run.suites, {p: s for p, s in self._scores.items() if p.asked not in moved})
+        after = self.score(run.suites, {p: s for p, s in self._scores.items() if p.asked not in moved}, run.deferred)
         decision = gate.decide(run.before, after, nf_version_0=1.0, nf_tolerance=self.settings.nf_tolerance,
                                learned_tolerance=self.settings.learned_tolerance,
                                neighbour_tolerance=self.settings.neighbour_tolerance,
@@ -322,7 +337,8 @@ class Learner:
             self.documents.move(run.doc_id, Status.REJECTED, timings=run.rounded_timings(), **outcome)
             return Status.REJECTED
         # In the new version, the document's own probes belong to the learned suite.
-        metrics = {**after.summary(), "learned_acc": accuracy(after.learned + after.own), **self.general_drift(run)}
+        metrics = {**after.summary(), "learned_acc": accuracy(gate.scored(after.learned + after.own)),
+                   **self.general_drift(run)}
         self._commit(run, probes, metrics, outcome, on_commit)
         return Status.COMMITTED
 
@@ -422,17 +438,38 @@ class Learner:
     def _write_scores(self, version: int, lineage: tuple[dict[str, list[Probe]], str] | None = None) -> None:
         """`lineage`: what _lineage_suites(version) gave, where the caller has it (the lineage is not walked again)."""
         suites, check = lineage or self._lineage_suites(version)
-        if (saved := saved_scores.to_saved(check, suites, self._scores)) is not None:
-            self.suites.save_scores(saved)
+        self.suites.save_scores(saved_scores.to_saved(check, suites, self._scores))
 
-    def score(self, suites: dict[str, list[Probe]], known: dict[Probe, float] | None = None) -> gate.SuiteScores:
+    def score(self, suites: dict[str, list[Probe]], known: dict[Probe, float] | None = None,
+              deferred: bool = False) -> gate.SuiteScores:
         """Every suite's probe scores; probes in `known` keep their score. A probe is scored with the routes the
-        served model would take for it (_scored_batches)."""
+        served model would take for it (_scored_batches). `deferred`: the deferrable suites' probes not known are
+        left None."""
         scores = dict(known or {})
-        for batch in self._scored_batches([p for suite in suites.values() for p in suite if p not in scores]):
-            scores.update(zip(batch, score_probes(self.model, self.tokenizer, batch)))
+        todo = [p for name, suite in suites.items() if not (deferred and name in gate.DEFERRABLE)
+                for p in suite if p not in scores]
+        self._score_into(scores, todo)
         self._last_scores = scores
-        return gate.SuiteScores(**{name: [scores[p] for p in probes] for name, probes in suites.items()})
+        return gate.SuiteScores(**{name: [scores.get(p) for p in probes] for name, probes in suites.items()})
+
+    def _score_into(self, scores: dict[Probe, float], probes: list[Probe], parent: bool = False) -> None:
+        for batch in self._scored_batches(probes, parent):
+            scores.update(zip(batch, score_probes(self.model, self.tokenizer, batch)))
+
+    def score_deferred(self, run: Run) -> None:
+        """A deferred run's parent scores of the learned facts and neighbour prompts its candidate may move, routed as
+        in the parent (the candidate not yet trained, the documents it retires in): the gate compares only those, as
+        any other probe answers after as before. With no tolerance, its decision is the one every score would give."""
+        if not run.deferred:
+            return
+        clock = time.perf_counter()
+        todo = [p for name in gate.DEFERRABLE for p in run.suites[name] if p not in self._scores]
+        moved = run.method.affected_among({p.asked for p in todo})
+        scores = dict(self._scores)
+        self._score_into(scores, [p for p in todo if p.asked in moved], parent=True)
+        run.before = self.score(run.suites, scores, deferred=True)
+        self._scores = self._last_scores
+        run.timings["score_moved_s"] = time.perf_counter() - clock
 
     def add_neighbours(self, run: Run, own: list[Probe]) -> None:
         """After `begin`: the neighbour prompts of the document's known subjects (core/neighbours.py) that the
@@ -454,33 +491,39 @@ class Learner:
             made += [Probe(p.prompt, out.rstrip(), namespace) for p, out in zip(group, outs) if out.strip()]
         if made:
             run.suites["neighbours"] += made
-            run.before = self.score(run.suites, self._scores)
+            scores = dict(self._scores)
+            self._score_into(scores, made)  # as their continuations were made, in a deferred run too
+            run.before = self.score(run.suites, scores, run.deferred)
             self._scores = self._last_scores
             run.fields["neighbours"] = to_json(made)
             run.timings["neighbours_s"] = time.perf_counter() - clock
 
-    def _scored_batches(self, probes: list[Probe]) -> Iterator[list[Probe]]:
+    def _scored_batches(self, probes: list[Probe], parent: bool = False) -> Iterator[list[Probe]]:
         """The probes in batches of one forward pass, each batch's routes on while the caller scores it: a method
         that routes per row (the routed one) gives each row its own route, so probes routed to different documents
         share a pass; other methods' routes split the batches. None on after. A rest follows each batch's work
-        (`_rest_after_slice`)."""
+        (`_rest_after_slice`). `parent`: routed as in the candidate's parent (UpdateMethod.parent_route)."""
         per_row = [m for m in self.methods.values() if m.per_row]
-        for group in self._routed_groups(probes, rows_apart=True):
+        for group in self._routed_groups(probes, rows_apart=True, parent=parent):
             for start in range(0, len(group), SCORE_BATCH):
                 batch = group[start:start + SCORE_BATCH]
                 for method in per_row:
-                    method.activate_rows([method.route(p.prompt, p.namespace) for p in batch])
+                    routing = method.parent_route if parent else method.route
+                    method.activate_rows([routing(p.prompt, p.namespace) for p in batch])
                 clock = time.perf_counter()
                 yield batch
                 self._rest_after_slice(time.perf_counter() - clock)
 
-    def _routed_groups(self, probes: list[Probe], rows_apart: bool = False) -> Iterator[list[Probe]]:
+    def _routed_groups(self, probes: list[Probe], rows_apart: bool = False,
+                       parent: bool = False) -> Iterator[list[Probe]]:
         """The probes in groups that take the same routes on every method (with `rows_apart`, on every method that
-        does not route per row), each group's routes on while the caller uses it; none after."""
+        does not route per row), each group's routes on while the caller uses it; none after. `parent`: as in the
+        candidate's parent."""
         splitting = {name: m for name, m in self.methods.items() if not (rows_apart and m.per_row)}
         groups: dict[tuple, list[Probe]] = {}
         for probe in dict.fromkeys(probes):
-            routes = tuple((name, m.route(probe.prompt, probe.namespace)) for name, m in splitting.items())
+            routes = tuple((name, (m.parent_route if parent else m.route)(probe.prompt, probe.namespace))
+                           for name, m in splitting.items())
             groups.setdefault(routes, []).append(probe)
         try:
             for routes, group in groups.items():

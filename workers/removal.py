@@ -27,7 +27,8 @@ def remove(learner: Learner, parent: int, record: dict[str, Any]) -> Status:
     counted = learned_manifests(learner.versions, parent)
     facts = learned_facts(learner.versions, parent, reach(namespace_of(target)))  # those its removal can move
     learned = [f.probe for f in facts if f.document_id != target["document_id"]]
-    run = learner.prepare(parent, record, name, learned=learned)
+    # Every probe scored now: what the removal moves is known only once the state has changed.
+    run = learner.prepare(parent, record, name, learned=learned, may_defer=False)
     learner.rest_after_phase(run, "score_before_s")
     if not any(target["document_id"] in m["documents"] for m in counted):
         return learner.reject(run, f"document {target['document_id']} is no longer in version {parent}")

@@ -23,6 +23,9 @@ class Run:
     replay: list[Example] = field(default_factory=list)  # earlier facts trained beside the document's own examples
     # The (prompt, namespace) pairs the candidate may move, once it has begun (Learner.may_move).
     moved: set[tuple[str, str]] | None = None
+    # Whether the parent's learned and neighbour probes are scored only where the candidate may move them
+    # (Learner.prepare); the others are None in `before`.
+    deferred: bool = False
 
     @property
     def doc_id(self) -> str:

@@ -6,8 +6,9 @@ parent's scores).
 The scores are kept by position in the suites a version's lineage gives (the NF suite, the learned facts, the
 neighbour prompts) with the documents' ids: nothing derived from any document's text, so erasure has nothing to
 scrub here. They hold only for the version, the namespaces they were routed for, the model and the methods'
-settings they were scored with; anything else reads as nothing saved. Pure functions; the learner reads and
-writes the file (core/probes.py: ProbeSuites.saved_scores).
+settings they were scored with; anything else reads as nothing saved. A learner without them scores only the
+probes its candidates may move (the learner's deferred runs); those it never scored are saved as null. Pure
+functions; the learner reads and writes the file (core/probes.py: ProbeSuites.saved_scores).
 """
 from __future__ import annotations
 
@@ -32,15 +33,14 @@ def fingerprint(version: int, reach: frozenset[str] | None, model: str, settings
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def to_saved(check: str, suites: dict[str, list[Probe]], scores: dict[Probe, float]) -> dict[str, Any] | None:
-    """The suites' scores by position; None when a probe has no score (nothing is saved then)."""
-    if any(p not in scores for name in SUITES for p in suites[name]):
-        return None
-    return {"check": check, "scores": {name: [scores[p] for p in suites[name]] for name in SUITES}}
+def to_saved(check: str, suites: dict[str, list[Probe]], scores: dict[Probe, float]) -> dict[str, Any]:
+    """The suites' scores by position; null for a probe not scored (a deferred run's: workers/learner.py)."""
+    return {"check": check, "scores": {name: [scores.get(p) for p in suites[name]] for name in SUITES}}
 
 
 def from_saved(saved: dict[str, Any] | None, check: str, suites: dict[str, list[Probe]]) -> dict[Probe, float]:
-    """The scores saved for these suites (the same check), by probe; {} when they were saved for anything else."""
+    """The scores saved for these suites (the same check), by probe, those not scored left out; {} when they were
+    saved for anything else."""
     if not saved or saved.get("check") != check:
         return {}
-    return {p: s for name in SUITES for p, s in zip(suites[name], saved["scores"][name], strict=True)}
+    return {p: s for name in SUITES for p, s in zip(suites[name], saved["scores"][name], strict=True) if s is not None}

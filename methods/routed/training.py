@@ -138,6 +138,9 @@ class RoutedMethod(UpdateMethod):
     def route(self, prompt: str, namespace: str = SHARED) -> Hashable | None:
         return routing.route(prompt, self._keys(routed_for(namespace, self.reach)), self.config.threshold)
 
+    def parent_route(self, prompt: str, namespace: str = SHARED) -> Hashable | None:
+        return routing.route(prompt, self.before.keys(routed_for(namespace, self.reach)), self.config.threshold)
+
     def activate(self, route: Hashable | None) -> None:
         self.lora.activate(route)
 
