@@ -113,7 +113,8 @@ def apparent_bytes(data: Path) -> int:
 def worker_jobs(env: dict[str, str], client: httpx.Client, document_ids: list[str], timeout_s: float) -> list[dict]:
     """A `ckl worker` started on the store, until each posted document (queued in this order) is final or
     `timeout_s` has passed since the last one was: per document, those seconds (None past the time, and no later
-    document waited for), the status, the job's timings and the worker's peak RSS (sampled every 0.2 s)."""
+    document waited for), the status, the job's timings, the gate's reason and the worker's peak RSS (sampled every
+    0.2 s)."""
     import psutil
 
     rows, peak = [], 0
@@ -132,7 +133,7 @@ def worker_jobs(env: dict[str, str], client: httpx.Client, document_ids: list[st
             final = record["status"] in FINAL
             rows.append({"final_s": round(time.perf_counter() - clock, 1) if final else None,
                          "status": record["status"], "peak_rss_mb": round(peak / 2**20),
-                         "timings": record.get("timings")})
+                         "timings": record.get("timings"), "reason": (record.get("gate") or {}).get("reason")})
             if not final:
                 break
         return rows

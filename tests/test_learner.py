@@ -329,6 +329,7 @@ def test_a_learner_without_saved_scores_scores_only_the_learned_facts_its_candid
             doc = submit(learner, body)
             assert learner.learn(doc) == "committed"
             records[folder, name] = learner.documents.get(doc)
+            assert "retried" not in records[folder, name]  # committed at the first try
             scored[folder, name] = [(p.prompt, p.answer) for batch in calls for p in batch]
     fact = ("the capital of veltoria is", "marnhold")
     assert fact not in scored["unsaved", "quessia"]

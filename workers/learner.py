@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from filelock import FileLock
@@ -48,6 +48,11 @@ log = logging.getLogger(__name__)
 
 MAX_PARENT_RETRIES = 3
 SCORE_BATCH = 32  # probes scored in one forward pass
+
+
+def unscored(suites: dict[str, list[Probe]], scores: dict[Probe, float], deferred: bool) -> set[Probe]:
+    """A deferred run's learned facts and neighbour prompts that have no score yet (none for a run not deferred)."""
+    return {p for name in gate.DEFERRABLE for p in suites[name] if p not in scores} if deferred else set()
 
 
 class Learner:
@@ -220,9 +225,8 @@ class Learner:
                       if not any(same_prompt(n.prompt, p.prompt) for p in own)]
         suites = {"nf": self.suites.nf_probes(), "learned": learned, "must_keep": self.suites.must_keep(),
                   "own": list(own), "neighbours": neighbours}
-        deferred = may_defer and self._deferrable() and any(p not in self._scores for name in gate.DEFERRABLE
-                                                             for p in suites[name])
-        run = Run(record, parent, method, suites, self.score(suites, self._scores, deferred), deferred=deferred)
+        left_out = unscored(suites, self._scores, may_defer and self._deferrable())
+        run = Run(record, parent, method, suites, self.score(suites, self._scores, left_out), deferred=bool(left_out))
         if replaced:
             run.fields["replaces"] = [{"prompt": f.probe.prompt, "answer": f.probe.answer, "document_id": f.document_id}
                                       for f in replaced]
@@ -263,8 +267,8 @@ class Learner:
             self.method(self.settings.method)
             if self._hold(parent, SHARED):
                 lineage = self._lineage_suites(parent)
-                self.score({**lineage[0], "must_keep": self.suites.must_keep(), "own": []}, self._scores,
-                           self._deferrable())
+                suites = {**lineage[0], "must_keep": self.suites.must_keep(), "own": []}
+                self.score(suites, self._scores, unscored(suites, self._scores, self._deferrable()))
                 self._scores = self._last_scores
                 self._write_scores(parent, lineage)
 
@@ -317,7 +321,8 @@ class Learner:
         self.documents.move(run.doc_id, Status.EVALUATING)
         clock = time.perf_counter()
         moved = self.may_move(run)
-        after = self.score(run.suites, {p: s for p, s in self._scores.items() if p.asked not in moved}, run.deferred)
+        after = self.score(run.suites, {p: s for p, s in self._scores.items() if p.asked not in moved},
+                           unscored(run.suites, self._scores, run.deferred))  # the moved ones scored again
         decision = gate.decide(run.before, after, nf_version_0=1.0, nf_tolerance=self.settings.nf_tolerance,
                                learned_tolerance=self.settings.learned_tolerance,
                                neighbour_tolerance=self.settings.neighbour_tolerance,
@@ -441,13 +446,12 @@ class Learner:
         self.suites.save_scores(saved_scores.to_saved(check, suites, self._scores))
 
     def score(self, suites: dict[str, list[Probe]], known: dict[Probe, float] | None = None,
-              deferred: bool = False) -> gate.SuiteScores:
-        """Every suite's probe scores; probes in `known` keep their score. A probe is scored with the routes the
-        served model would take for it (_scored_batches). `deferred`: the deferrable suites' probes not known are
-        left None."""
+              left_out: Collection[Probe] = ()) -> gate.SuiteScores:
+        """Every suite's probe scores; probes in `known` keep their score, those `left_out` (a deferred run's never
+        scored: `unscored`) are None. A probe is scored with the routes the served model would take for it
+        (_scored_batches)."""
         scores = dict(known or {})
-        todo = [p for name, suite in suites.items() if not (deferred and name in gate.DEFERRABLE)
-                for p in suite if p not in scores]
+        todo = [p for suite in suites.values() for p in suite if p not in scores and p not in left_out]
         self._score_into(scores, todo)
         self._last_scores = scores
         return gate.SuiteScores(**{name: [scores.get(p) for p in probes] for name, probes in suites.items()})
@@ -467,7 +471,7 @@ class Learner:
         moved = run.method.affected_among({p.asked for p in todo})
         scores = dict(self._scores)
         self._score_into(scores, [p for p in todo if p.asked in moved], parent=True)
-        run.before = self.score(run.suites, scores, deferred=True)
+        run.before = self.score(run.suites, scores, unscored(run.suites, scores, True))
         self._scores = self._last_scores
         run.timings["score_moved_s"] = time.perf_counter() - clock
 
@@ -493,7 +497,7 @@ class Learner:
             run.suites["neighbours"] += made
             scores = dict(self._scores)
             self._score_into(scores, made)  # as their continuations were made, in a deferred run too
-            run.before = self.score(run.suites, scores, run.deferred)
+            run.before = self.score(run.suites, scores, unscored(run.suites, scores, run.deferred))
             self._scores = self._last_scores
             run.fields["neighbours"] = to_json(made)
             run.timings["neighbours_s"] = time.perf_counter() - clock
