@@ -9,8 +9,9 @@ GET /documents?limit=50 (first and last page), POST /documents, GET /metrics, GE
 started on that store, which teaches the first posted document (no probes: auto-probes, training, the gate, the
 commit), and, once it did, a second worker started after it, which teaches the next two (the second of them is
 the job a worker that keeps running does each time): each job's seconds from its worker's start or its last job's
-end to the document's final status (None past --worker-timeout), its timings and the worker's peak RSS;
-the data folder's bytes as n distinct deltas would take them (each hard link counted); and the seconds of one
+end to the document's final status (None past --worker-timeout), its timings and the worker's peak RSS; once
+the server swapped in the last commit, the milliseconds of its first one-token answer on it and of the next; the
+data folder's bytes as n distinct deltas would take them (each hard link counted); and the seconds of one
 more commit from a fresh process and of the one after it.
 """
 from __future__ import annotations
@@ -168,6 +169,27 @@ def redis_without_worker() -> Iterator[str]:
         proc.wait(10)
 
 
+def swaps(client: httpx.Client) -> int:
+    """How many versions the server swapped in since it started (the count of /metrics' ckl_swap_pause_seconds)."""
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith("ckl_swap_pause_seconds_count"):
+            return int(float(line.split()[-1]))
+    raise RuntimeError("/metrics has no ckl_swap_pause_seconds_count")
+
+
+def answers_after_swap(client: httpx.Client, swapped: int, timeout_s: float = 120) -> dict[str, float] | None:
+    """Once the server swapped in its `swapped`-th version: the milliseconds of its first answer on it (one token,
+    a prompt that routes: the version's routing state made on the way, composed from the lineage or extended from
+    the parent's) and of the next; None if the swap did not come within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while swaps(client) < swapped:
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)
+    body = {"prompt": "Who is the mayor of Brannoch3 now?", "max_new_tokens": 1}
+    return {name: timed(lambda _: client.post("/generate", json=body), 1)["p50_ms"] for name in ("first_ms", "next_ms")}
+
+
 def timed(call, count: int) -> dict[str, float]:
     seconds = []
     for i in range(count):
@@ -221,16 +243,19 @@ def measure(n: int, models_dir: Path, requests: int, worker_timeout_s: float) ->
                 row["get_document"] = timed(lambda _: client.get(f"/documents/{first}"), max(3, requests // 10))
                 row["health_forgetting"] = timed(lambda _: client.get("/health/forgetting"), 3)
                 row["api_rss_mb"] = round(psutil.Process(server.pid).memory_info().rss / 2**20)
-                # A worker that starts on the store (no scores saved: it scores every learned fact first), then
-                # one started again after it committed (it reads the scores the first one saved). The first is
-                # killed once its document is final: the job it had begun is left, as by a crash, and the second
-                # takes the first document still queued.
+                # A worker that starts on the store (no scores saved: it scores only the learned facts its
+                # candidate may move), then one started again after it committed (it reads the scores the first
+                # one saved). The first is killed once its document is final: the job it had begun is left, as by
+                # a crash, and the second takes the first document still queued.
                 row["worker_cold"] = worker_jobs(env, client, [posted_id(client, 0)], worker_timeout_s)[0]
                 if row["worker_cold"]["final_s"] is not None:
                     queued = [d for i in range(1, requests) if (
                         client.get(f"/documents/{(d := posted_id(client, i))}").json()["status"] == "queued")]
                     jobs = worker_jobs(env, client, queued[:2], worker_timeout_s)
                     row.update(zip(("worker_restarted", "worker_next"), jobs))
+                    if committed := sum(job["status"] == "committed" for job in [row["worker_cold"], *jobs]):
+                        # the version at start, then one per commit
+                        row["generate_after_swap"] = answers_after_swap(client, 1 + committed)
             row["disk_gb"] = round(apparent_bytes(data) / 1e9, 2)
         finally:
             server.terminate()

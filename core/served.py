@@ -56,6 +56,12 @@ class ServedMethod(ABC):
         """The method's state after the lineage's versions of it (manifests oldest first, never empty).
         The training side's `load` takes the same state."""
 
+    @staticmethod
+    def extend(state: Any, manifest: dict[str, Any], load_delta: LoadDelta) -> Any:
+        """The state after `manifest`'s version made from its parent's `state` (None: the method learned nothing
+        there), where the method can tell it without the lineage; None: `compose` the lineage instead."""
+        return None
+
     @abstractmethod
     def add(self, version: int, state: Any) -> None:
         """Make `version`'s state ready (None: the method has learned nothing in that version)."""

@@ -239,3 +239,36 @@ def test_int8_storage_keeps_each_rank_component_within_half_a_step_and_a_quarter
     written = sum(t.numel() * t.element_size() for t in packed.values())
     assert written < sum(t.numel() * 4 for t in factors.values()) / 4 + 64
     assert storage.unpack(storage.pack(factors, "bfloat16"))["m.A"].dtype == torch.bfloat16
+
+
+def test_a_version_made_from_its_held_parent_serves_as_one_composed_from_its_lineage(tmp_path, monkeypatch):
+    """install_committed makes a routed version whose parent the server holds from the parent's state
+    (ServedMethod.extend), without reading the lineage: it routes and answers as a server that composed it."""
+    from core.model import serving as serving_module
+    from core.model.serving import ServingModel, install_committed
+    from tests.api_app import tiny_settings
+    from tests.test_learner import FACT, submit
+    from tests.tiny import tiny_loaded
+    from workers.learner import Learner
+
+    settings = tiny_settings(tmp_path)
+    learner = Learner(settings, loaded=tiny_loaded())
+    quessia = {**FACT, "text": "the capital of quessia is dorvane",
+               "probes": [{"prompt": "the capital of quessia is", "answer": "dorvane"}]}
+    for body in ({**FACT, "method": "routed"}, {**quessia, "method": "routed"}):
+        assert learner.learn(submit(learner, body)) == "committed"
+    grown, composed = ServingModel(tiny_loaded(), settings), ServingModel(tiny_loaded(), settings)
+    install_committed(grown, learner.versions, 1)
+    install_committed(composed, learner.versions, 2)
+    lineages = []
+    resolve = serving_module.resolve
+    monkeypatch.setattr(serving_module, "resolve", lambda *args: lineages.append(args) or resolve(*args))
+    install_committed(grown, learner.versions, 2)
+    assert lineages == []
+    for prompt in ("the capital of veltoria is", "the capital of quessia is", "the sky is"):
+        ids = torch.tensor([grown.tokenizer(prompt)["input_ids"]])
+        routes = grown.routes(2, prompt)
+        assert routes == composed.routes(2, prompt)
+        assert torch.equal(grown.run(2, lambda m: m(ids).logits, routes),
+                           composed.run(2, lambda m: m(ids).logits, routes))
+    assert grown.routes(2, "the capital of quessia is")["routed"] is not None

@@ -189,6 +189,39 @@ def test_an_index_grown_key_by_key_is_the_index_built_at_once(keys, cut, namespa
         assert vars(grown.keys(view)) == vars(built.keys(view))
 
 
+steps = st.lists(st.tuples(st.sampled_from(["teach", "teach", "teach", "again", "retire", "remove"]),
+                           st.integers(0, 20), st.sampled_from(["", "acme"])), min_size=1, max_size=14)
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys_lists, steps)
+def test_a_version_extended_from_its_parent_holds_what_its_lineage_composes(keys, steps):
+    """The serving side makes a new version from its parent's state where it can (RoutedServed.extend: a document
+    taught for the first time); whatever the lineage did before (documents taught again, retired, removed), that
+    state routes as the one composed from every manifest of the lineage."""
+    from methods.routed.serving import RoutedServed, compose
+
+    keys = keys or [{"veltoria": 3.0}]
+    manifests, taught, state = [], [], None
+    for version, (kind, pick, namespace) in enumerate(steps, start=1):
+        manifest = {"version": version, "parent": version - 1, "method": "routed", "namespace": namespace,
+                    "documents": [f"d{version}"], "key": keys[version % len(keys)]}
+        if kind == "again" and taught:
+            manifest["documents"] = [taught[pick % len(taught)]]
+        elif kind == "retire" and taught:
+            manifest["retires"] = [taught[pick % len(taught)]]
+        elif kind == "remove" and taught:
+            manifest.update(removes=taught.pop(pick % len(taught)), key={})  # final, its text erased: never again
+        if not manifest.get("removes") and manifest["documents"][0] not in taught:
+            taught.append(manifest["documents"][0])
+        manifests.append(manifest)
+        state = RoutedServed.extend(state, manifest, None) or compose(manifests, None)
+        composed = compose(manifests, None)
+        assert state.documents == composed.documents
+        for view in [None, frozenset({""}), frozenset({"", "acme"})]:
+            assert vars(state.keys(view)) == vars(composed.keys(view))
+
+
 @settings(max_examples=300, deadline=None)
 @given(keys_lists, keys_lists, st.lists(st.booleans(), max_size=12), st.lists(st.sampled_from(WORDS), max_size=6))
 # A prompt naming an answer ("marnhold") goes to its document and those of the same subject: a new document about

@@ -20,7 +20,7 @@ from torch import nn
 
 from core import registry
 from core.model.loader import LoadedModel
-from core.served import OFF, ROUTED, Choice, ServedMethod
+from core.served import OFF, ROUTED, Choice, LoadDelta, ServedMethod
 from core.settings import Settings
 from core.state import KnowledgeState, resolve
 from core.versions import VersionStore
@@ -49,7 +49,7 @@ class ServingModel:
                                                  for spec in registry.registered()}
         for method in self.methods.values():
             method.add(0, None)
-        self._learned: dict[int, set[str]] = {0: set()}  # per version held, the methods that learned something
+        self._states: dict[int, KnowledgeState] = {0: {}}  # per version held, what each method learned there
         self._lock = threading.Lock()
         self._pins: Counter[int] = Counter()
         self._loaded: set[int] = {0}
@@ -69,7 +69,7 @@ class ServingModel:
     def _add(self, version: int, state: KnowledgeState) -> None:
         for name, method in self.methods.items():
             method.add(version, state.get(name))
-        self._learned[version] = {name for name in self.methods if state.get(name) is not None}
+        self._states[version] = {name: state[name] for name in self.methods if state.get(name) is not None}
         self._loaded.add(version)
 
     def _drop_unused(self) -> None:
@@ -78,7 +78,18 @@ class ServingModel:
                 for method in self.methods.values():
                     method.drop(version)
                 self._loaded.discard(version)
-                self._learned.pop(version, None)
+                self._states.pop(version, None)
+
+    def extended(self, manifest: dict[str, Any], load_delta: LoadDelta) -> KnowledgeState | None:
+        """The state of `manifest`'s version made from its parent's where the parent is held and its method can tell
+        how (ServedMethod.extend); None: compose it from the lineage."""
+        with self._lock:
+            parent = self._states.get(manifest["parent"] or 0)
+        name = manifest["method"]
+        if parent is None or name not in self.methods:
+            return None
+        grown = self.methods[name].extend(parent.get(name), manifest, load_delta)
+        return None if grown is None else {**parent, name: grown}
 
     @contextmanager
     def pinned(self, version: int | None = None, load: Callable[[], KnowledgeState] | None = None) -> Iterator[int]:
@@ -124,7 +135,7 @@ class ServingModel:
     def cite(self, version: int, prompt: str, routes: Routes) -> list[dict[str, Any]]:
         """The knowledge a request on `routes` uses: each method that learned something in `version` and is on says
         what of it (a routed document, with its score, or a method's whole state)."""
-        learned = self._learned.get(version, set())
+        learned = self._states.get(version, {})
         return [entry for name, method in self.methods.items() if name in learned and routes.get(name) != OFF
                 for entry in method.cite(version, prompt, routes.get(name))]
 
@@ -149,5 +160,9 @@ class ServingModel:
 
 def install_committed(serving: ServingModel, versions: VersionStore, version: int) -> float:
     """Make a committed version of the store current on the served model (its deltas checked by hash, read
-    before decoding is paused); the seconds decoding was paused."""
-    return serving.install(version, resolve(versions, version) if version else None)
+    before decoding is paused); the seconds decoding was paused. A version whose parent is held is made from the
+    parent's state where its method can tell how (ServedMethod.extend), else composed from its lineage."""
+    if not version:
+        return serving.install(0, None)
+    state = serving.extended(versions.manifest(version), versions.load_delta)
+    return serving.install(version, resolve(versions, version) if state is None else state)

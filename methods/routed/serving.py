@@ -68,7 +68,7 @@ class RoutedState:
         self._namespaces = self._namespaces | {taught.namespace}
         self._indexes = {namespaces: index.extended([(taught.document_id, taught.key)])
                          if within(taught.namespace, namespaces) else index
-                         for namespaces, index in self._indexes.items()}
+                         for namespaces, index in list(self._indexes.items())}  # a snapshot's routes may add one
 
     def snapshot(self) -> RoutedState:
         """The same documents, sharing the indexes built so far; it stays as it is when `documents` is assigned."""
@@ -116,7 +116,24 @@ class RoutedServed(ServedMethod):
 
     @staticmethod
     def compose(manifests: list[dict[str, Any]], load_delta: LoadDelta) -> RoutedState:
-        return compose(manifests, load_delta)
+        state = compose(manifests, load_delta)
+        state.keys()  # the index of every document, built before the swap (outside its lock), not by a request
+        return state
+
+    @staticmethod
+    def extend(state: RoutedState | None, manifest: dict[str, Any], load_delta: LoadDelta) -> RoutedState | None:
+        """A document taught for the first time goes last: the parent's indexes are extended by its key
+        (RoutedState.append), not the lineage composed and every index built again on the next route (1.8 s at
+        100,000 documents). A removal, a retirement or a document taught again: None (composed)."""
+        document_id = manifest["documents"][0]
+        state = state or RoutedState(load_delta=load_delta)
+        if manifest.get("removes") or manifest.get("retires") or \
+                any(taught.document_id == document_id for taught in state.documents):
+            return None
+        grown = state.snapshot()
+        grown.append(Taught(document_id, manifest["key"], manifest["version"], namespace_of(manifest)))
+        grown.keys()  # extended from the parent's (built where the parent was composed), as every index it held
+        return grown
 
     def add(self, version: int, state: RoutedState | None) -> None:
         state = state or RoutedState()
