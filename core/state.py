@@ -102,8 +102,9 @@ def committed_neighbours(versions: VersionStore, version: int,
     numbers = itertools.count()
     for manifest in learned_manifests(versions, version):
         namespace = namespace_of(manifest)
-        # A document asks anew the neighbours of its own namespace; a shared one, everyone's.
-        for asked in {prompt_key(p.prompt) for p in from_json(manifest["probes"])}:
+        # A document asks anew the neighbours of its own namespace; a shared one, everyone's (none kept yet: nothing
+        # to ask anew, and no prompt read).
+        for asked in {prompt_key(p.prompt) for p in from_json(manifest["probes"])} if by_prompt else ():
             for entry in by_prompt.get(asked, []):
                 if namespace in (SHARED, kept[entry].namespace):
                     del kept[entry]

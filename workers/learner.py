@@ -81,6 +81,7 @@ class Learner:
         self._scores: dict[Probe, float] = {}
         self._scored: tuple[int, frozenset[str] | None] | None = None  # (version, reach) of `_scores`
         self._reach: frozenset[str] | None = None  # the namespaces the job in hand routes for (None: all)
+        self._walked: tuple[tuple[int, frozenset[str] | None], list[LearnedFact], list[Probe]] | None = None
         map_large_blocks()  # a long document's steps would otherwise leave their transients in RSS
 
     # -- the job ---------------------------------------------------------------------------------
@@ -215,14 +216,13 @@ class Learner:
         replaced: list[LearnedFact] = []
         facts: list[LearnedFact] = []
         if learned is None:  # a document's run: the facts of its namespace it replaces leave the suite it is gated on
-            facts = learned_facts(self.versions, parent, self._reach)
+            facts = self._lineage(parent)[0]
             replaced = replaced_by(list(own), record.get("supersedes") or [],
                                    [f for f in facts if f.namespace == namespace])
             learned = [f.probe for f in facts if f not in replaced]
         # A known subject's neighbour prompts recorded along the lineage, less those this document's probes ask (it
         # teaches something there); its own are added once the method knows which prompts it can move.
-        neighbours = [n for n in committed_neighbours(self.versions, parent, self._reach)
-                      if not any(same_prompt(n.prompt, p.prompt) for p in own)]
+        neighbours = [n for n in self._lineage(parent)[1] if not any(same_prompt(n.prompt, p.prompt) for p in own)]
         suites = {"nf": self.suites.nf_probes(), "learned": learned, "must_keep": self.suites.must_keep(),
                   "own": list(own), "neighbours": neighbours}
         left_out = unscored(suites, self._scores, may_defer and self._deferrable())
@@ -429,12 +429,20 @@ class Learner:
     def _lineage_suites(self, version: int) -> tuple[dict[str, list[Probe]], str]:
         """The suites whose scores are saved for `version`, as routed for the job in hand's namespaces, and what
         they hold for (workers/saved_scores.py)."""
-        facts = learned_facts(self.versions, version, self._reach)
-        suites = {"nf": self.suites.nf_probes(), "learned": [f.probe for f in facts],
-                  "neighbours": committed_neighbours(self.versions, version, self._reach)}
+        facts, neighbours = self._lineage(version)
+        suites = {"nf": self.suites.nf_probes(), "learned": [f.probe for f in facts], "neighbours": neighbours}
         settings = {spec.name: self.settings.method_config(spec.name).model_dump() for spec in registry.registered()}
         return suites, saved_scores.fingerprint(version, self._reach, self.model_name, settings,
                                                 [f.document_id for f in facts], suites)
+
+    def _lineage(self, version: int) -> tuple[list[LearnedFact], list[Probe]]:
+        """The learned facts and neighbour prompts along `version`'s lineage, of the namespaces the job in hand routes
+        for: walked once per version and namespaces, not once by the commit that saves the version's scores and again
+        by the next job from it (0.9 + 0.5 s at 100,000 documents). A version's lineage never changes."""
+        if self._walked is None or self._walked[0] != (version, self._reach):
+            self._walked = ((version, self._reach), learned_facts(self.versions, version, self._reach),
+                            committed_neighbours(self.versions, version, self._reach))
+        return self._walked[1], self._walked[2]
 
     def _read_scores(self, version: int) -> dict[Probe, float]:
         suites, check = self._lineage_suites(version)
