@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -22,10 +22,13 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(models_dir: Path, timeout_s: float = 600, env: dict[str, str] | None = None) -> Iterator[str]:
+def running_server(models_dir: Path, timeout_s: float = 600, env: dict[str, str] | None = None,
+                   prepare: Callable[[Path], None] | None = None) -> Iterator[str]:
     """The URL of a ready server (embedded worker) that uses the converted model in `models_dir`; `env` adds
-    settings."""
+    settings; `prepare` fills its fresh data folder before it starts."""
     with tempfile.TemporaryDirectory() as data:
+        if prepare is not None:
+            prepare(Path(data))
         port = free_port()
         env = {**os.environ, **(env or {}), "CKL_DATA_DIR": data, "CKL_MODEL_CACHE_DIR": str(models_dir),
                "CKL_PORT": str(port)}

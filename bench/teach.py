@@ -222,6 +222,9 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--retrieval", action="store_true",
                         help="also answer the current facts in context (BM25 top-2 documents before the question, "
                              "version 0)")
+    parser.add_argument("--fill", type=int, default=0,
+                        help="the fresh data folder first holds this many synthetic documents, committed as "
+                             "`ckl bench scale --api` makes them (teaching on a large store)")
     parser.add_argument("--out", type=Path, default=RESULTS_ROOT / "teach")
     args = parser.parse_args(argv)
     facts = [json.loads(line) for line in args.facts.read_text().splitlines() if line.strip()][: args.n]
@@ -229,12 +232,14 @@ def main(argv: list[str]) -> None:
     if args.url:
         summary = run(args.url, facts, args.method, args.weighting, not args.no_probes, args.lama, args.retrieval)
     else:
+        from bench.api_scale import fill
         from core.settings import Settings
 
-        with running_server(Settings().models_dir) as url:
+        with running_server(Settings().models_dir, prepare=(lambda data: fill(data, args.fill)) if args.fill else None,
+                            timeout_s=1800) as url:
             summary = run(url, facts, args.method, args.weighting, not args.no_probes, args.lama, args.retrieval)
     summary |= {"command": "ckl bench teach " + " ".join(argv), "git_commit": git_commit(),
-                "facts_file": str(args.facts), "wall_s": round(time.time() - started)}
+                "facts_file": str(args.facts), "filled": args.fill, "wall_s": round(time.time() - started)}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(summary, indent=2))
     plot(summary, args.out / "teach.png")
