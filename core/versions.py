@@ -87,6 +87,12 @@ class VersionStore:
             self._memos[key] = compute()
         return self._memos[key]
 
+    def rewrites(self) -> int | None:
+        """How many manifests were ever rewritten (an erasure scrubs a removed document's): what was read of a
+        manifest holds while this stays the same."""
+        self._check()
+        return self._rewrites
+
     def _check(self) -> None:
         """Drop the folder list when the store changed since it was read, and the manifests when one of them was
         rewritten (by this process or another)."""

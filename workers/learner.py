@@ -81,7 +81,7 @@ class Learner:
         self._scores: dict[Probe, float] = {}
         self._scored: tuple[int, frozenset[str] | None] | None = None  # (version, reach) of `_scores`
         self._reach: frozenset[str] | None = None  # the namespaces the job in hand routes for (None: all)
-        self._walked: tuple[tuple[int, frozenset[str] | None], list[LearnedFact], list[Probe]] | None = None
+        self._walked: tuple[tuple[int, frozenset[str] | None, int | None], list[LearnedFact], list[Probe]] | None = None
         map_large_blocks()  # a long document's steps would otherwise leave their transients in RSS
 
     # -- the job ---------------------------------------------------------------------------------
@@ -438,9 +438,11 @@ class Learner:
     def _lineage(self, version: int) -> tuple[list[LearnedFact], list[Probe]]:
         """The learned facts and neighbour prompts along `version`'s lineage, of the namespaces the job in hand routes
         for: walked once per version and namespaces, not once by the commit that saves the version's scores and again
-        by the next job from it (0.9 + 0.5 s at 100,000 documents). A version's lineage never changes."""
-        if self._walked is None or self._walked[0] != (version, self._reach):
-            self._walked = ((version, self._reach), learned_facts(self.versions, version, self._reach),
+        by the next job from it (0.9 + 0.5 s at 100,000 documents). Walked again once a manifest was rewritten (an
+        erasure scrubs a removed document's)."""
+        walk = (version, self._reach, self.versions.rewrites())
+        if self._walked is None or self._walked[0] != walk:
+            self._walked = (walk, learned_facts(self.versions, version, self._reach),
                             committed_neighbours(self.versions, version, self._reach))
         return self._walked[1], self._walked[2]
 
@@ -465,6 +467,7 @@ class Learner:
         return gate.SuiteScores(**{name: [scores.get(p) for p in probes] for name, probes in suites.items()})
 
     def _score_into(self, scores: dict[Probe, float], probes: list[Probe], parent: bool = False) -> None:
+        """`probes`' scores added to `scores`; `parent`: routed as in the candidate's parent."""
         for batch in self._scored_batches(probes, parent):
             scores.update(zip(batch, score_probes(self.model, self.tokenizer, batch)))
 
