@@ -235,8 +235,8 @@ def test_a_route_changes_only_for_a_prompt_that_may_reroute(keys, added, kept, p
     after += [(f"n{i}", key) for i, key in enumerate(added)]
     index_before, index_after = routing.KeyIndex(before), routing.KeyIndex(after[:len(after) // 2]).plus(
         after[len(after) // 2:])
-    watch = routing.watched(routing.changed(index_before, index_after), [index_before, index_after])
-    assert watch == routing.watched(routing.changed(before, after), [before, after])
+    watch = routing.watched(routing.changed(index_before, index_after), [index_before, index_after], THRESHOLD)
+    assert watch == routing.watched(routing.changed(before, after), [before, after], THRESHOLD)
     prompt = " ".join(prompt_words)
     if routing.route(prompt, index_before, THRESHOLD) != routing.route(prompt, index_after, THRESHOLD):
         assert routing.may_reroute(set(prompt_words), watch, index_before, THRESHOLD)

@@ -132,23 +132,28 @@ def changed(before: Keys, after: Keys) -> Keys:
 class Watched(NamedTuple):
     """The words a prompt's route may differ by between two sets of keys (`watched`); None: any prompt's may."""
     names: set[str] | None  # the first words of the changed keys' terms (None: a term without a name)
-    answers: set[str] | None  # the first words of every answer in either set
+    answers: set[str] | None  # the first words of the answers of the documents a changed one is related to
+    changed: tuple[dict[str, float], ...] = ()  # the changed keys
 
 
-def watched(changed_keys: Keys, keys: Iterable[Keys]) -> Watched:
+def watched(changed_keys: Keys, keys: Iterable[Keys], threshold: float) -> Watched:
     """What `may_reroute` looks for, between two sets of keys (`keys`) that differ by `changed_keys`. The answers:
-    those of the documents a changed one can be related to (`related`: the words of their subjects hold the first
-    word of one of its terms); a prompt about no document that names no such answer is routed to no changed
-    document in either set."""
+    those of the documents a changed one is related to (`related`: a prompt naming their subject's words reaches
+    it); a prompt about no document that names no such answer is routed to no changed document in either set."""
     names = {first_word(term) for _, key in changed_keys for term in key}
     if "" in names:
         return Watched(None, None)
+    changed = tuple(key for _, key in changed_keys)
     # Each key once, though both sets hold most of them (the same objects); a document with another key in each
-    # set is looked at with both.
+    # set is looked at with both. A subject that shares a word with a changed key is scored on it: a common word
+    # ("founded") is in thousands of subjects, few of which reach the changed document.
     unique = {(document_id, id(key)): key for each in keys for document_id, key in each}
-    answers = {first_word(term) for key in unique.values() if not names.isdisjoint(asked_words(key))
-               for term in key if term.startswith(ANSWER)}
-    return Watched(names, None if "" in answers else answers)
+    answers = set()
+    for key in unique.values():
+        if not names.isdisjoint(subject := asked_words(key)) and \
+                any(score(subject, each) >= threshold for each in changed):
+            answers |= {first_word(term) for term in key if term.startswith(ANSWER)}
+    return Watched(names, None if "" in answers else answers, changed)
 
 
 def asked_words(key: dict[str, float]) -> set[str]:
@@ -162,10 +167,14 @@ def term_words(terms: Iterable[str]) -> set[str]:
 
 def may_reroute(prompt_words: set[str], watch: Watched, keys: Keys, threshold: float) -> bool:
     """Whether a prompt's route may differ between two sets of keys (`keys`: either one). A changed route takes in
-    a document only one set holds: the prompt names one of its terms, and so the first word of that term; or the
-    prompt is about no document (then the same in both sets) and names the answer of one that shares a subject with
-    the changed one ("the country whose capital is Brannoch"). Neither: the route is the same, not computed."""
-    if watch.names is None or not watch.names.isdisjoint(prompt_words):
+    a document only one set holds: the prompt names enough of its terms to reach it (their answers' counted),
+    and so the first word of one; or the prompt is about no document (then the same in both sets) and names the
+    answer of one that shares a subject with the changed one ("the country whose capital is Brannoch"). Neither:
+    the route is the same, not computed."""
+    if watch.names is None:
+        return True
+    if not watch.names.isdisjoint(prompt_words) and \
+            any(scores(prompt_words, key)[1] >= threshold for key in watch.changed):
         return True
     if watch.answers is not None and watch.answers.isdisjoint(prompt_words):
         return False

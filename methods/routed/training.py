@@ -166,7 +166,7 @@ class RoutedMethod(UpdateMethod):
         moved, threshold = set(), self.config.threshold
         for view, pairs in by_view.items():
             before, keys = self.before.keys(view), self._keys(view)
-            watch = routing.watched(routing.changed(before, keys), [before, keys])
+            watch = routing.watched(routing.changed(before, keys), [before, keys], threshold)
             moved |= {(prompt, namespace) for prompt, namespace in pairs
                       if routing.may_reroute(words(prompt), watch, keys, threshold)
                       and routing.route(prompt, before, threshold) != routing.route(prompt, keys, threshold)}
