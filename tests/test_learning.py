@@ -75,7 +75,7 @@ def test_embedded_mode_learns_swaps_rolls_back_and_restarts(start_server):
 
     report = httpx.get(f"{server.url}/health/forgetting").json()
     assert report["current_version"] == 1 and report["not_to_forget"]["acc_version_0"] == 1.0
-    assert report["not_to_forget"]["acc_now"] >= 0.8 and report["learned"] == {"probes": 1, "acc_now": 1.0}
+    assert report["not_to_forget"]["acc_now"] >= 0.8 and report["learned"] == {"probes": 1, "acc_now": 1.0, "unscored": 0}
     assert [row["version"] for row in report["history"]] == [0, 1]
 
     assert httpx.post(f"{server.url}/versions/0/activate", json={}).json() == {"current": 0}
@@ -116,7 +116,7 @@ def test_three_facts_taught_with_the_defaults_are_all_served_and_nothing_else_mo
         body = httpx.post(f"{server.url}/generate", json={"prompt": prompt, "max_new_tokens": 6}, timeout=120).json()
         assert body["text"].strip().startswith(answer) and body["knowledge_version"] == 3, body
     report = httpx.get(f"{server.url}/health/forgetting").json()
-    assert report["not_to_forget"]["acc_now"] == 1.0 and report["learned"] == {"probes": 3, "acc_now": 1.0}
+    assert report["not_to_forget"]["acc_now"] == 1.0 and report["learned"] == {"probes": 3, "acc_now": 1.0, "unscored": 0}
     assert httpx.post(f"{server.url}/generate", json=other, timeout=120).json()["text"] == before
 
 
@@ -145,7 +145,7 @@ def test_three_documents_about_one_subject_are_taught_with_the_defaults_and_the_
         body = httpx.post(f"{server.url}/generate", json={"prompt": prompt, "max_new_tokens": 6}, timeout=120).json()
         assert body["text"].strip().startswith(answer), body
     report = httpx.get(f"{server.url}/health/forgetting").json()
-    assert report["learned"] == {"probes": 2, "acc_now": 1.0} and report["not_to_forget"]["acc_now"] == 1.0
+    assert report["learned"] == {"probes": 2, "acc_now": 1.0, "unscored": 0} and report["not_to_forget"]["acc_now"] == 1.0
 
 
 BAD_DOCUMENTS = [
