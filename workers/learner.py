@@ -50,9 +50,10 @@ MAX_PARENT_RETRIES = 3
 SCORE_BATCH = 32  # probes scored in one forward pass
 
 
-def unscored(suites: dict[str, list[Probe]], scores: dict[Probe, float], deferred: bool) -> set[Probe]:
-    """A deferred run's learned facts and neighbour prompts that have no score yet (none for a run not deferred)."""
-    return {p for name in gate.DEFERRABLE for p in suites[name] if p not in scores} if deferred else set()
+def unscored(suites: dict[str, list[Probe]], scores: dict[Probe, float], deferred: bool) -> dict[Probe, None]:
+    """A deferred run's learned facts and neighbour prompts that have no score yet (none for a run not deferred), in
+    the suites' order (scored in batches in that order, as any run scores them)."""
+    return dict.fromkeys(p for name in gate.DEFERRABLE for p in suites[name] if p not in scores) if deferred else {}
 
 
 class Learner:
@@ -478,7 +479,7 @@ class Learner:
         if not run.deferred:
             return
         clock = time.perf_counter()
-        todo = [p for name in gate.DEFERRABLE for p in run.suites[name] if p not in self._scores]
+        todo = unscored(run.suites, self._scores, True)
         moved = run.method.affected_among({p.asked for p in todo})
         scores = dict(self._scores)
         self._score_into(scores, [p for p in todo if p.asked in moved], parent=True)
