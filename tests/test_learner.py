@@ -10,7 +10,8 @@ from core.versions import VersionStore
 from tests.api_app import tiny_settings
 from tests.tiny import tiny_loaded
 from workers import gate
-from workers.learner import SCORE_BATCH, Learner
+from workers.learner import Learner
+from workers.stages.scoring import SCORE_BATCH
 from workers.yielding import YieldToServing, rest_after
 
 FACT = {"text": "the capital of veltoria is marnhold", "method": "adapter", "weighting": "oracle",
@@ -83,22 +84,22 @@ def test_what_a_rejection_suggests():
     assert gate.retry_plan(gate.Decision(False, "no words rare enough", [])) is None
 
 
-class MovedOnce(Learner):
+def test_a_parent_that_moved_during_training_means_training_again_from_the_new_one(tmp_path, monkeypatch):
     """Another worker commits a version while this one trains its first candidate: a real parent move."""
-    moved = False
+    from workers import learner as learner_module
 
-    def train(self, run, examples, own, report_progress=True, plan=None):
-        super().train(run, examples, own, report_progress, plan)
-        if not self.moved:
-            self.moved = True
-            other = VersionStore(self.versions.root)
+    train, moved = learner_module.train, []
+
+    def train_then_move(parts, run, *args, **kwargs):
+        train(parts, run, *args, **kwargs)
+        if not moved:
+            moved.append(True)
+            other = VersionStore(parts.versions.root)
             other.commit(other.current(), run.method.delta(), {"documents": [], "probes": [], "method": "adapter",
                                                                "metrics": {}, **run.method.manifest_fields()},
                          "adapter.safetensors")
-
-
-def test_a_parent_that_moved_during_training_means_training_again_from_the_new_one(tmp_path):
-    learner = MovedOnce(tiny_settings(tmp_path), loaded=tiny_loaded())
+    monkeypatch.setattr(learner_module, "train", train_then_move)
+    learner = Learner(tiny_settings(tmp_path), loaded=tiny_loaded())
     doc = submit(learner)
     moves = recorded_moves(learner)
     assert learner.learn(doc) == "committed"
@@ -133,13 +134,13 @@ def test_while_serving_decodes_the_learner_rests_between_steps_and_the_rests_do_
     steps_s, rests_s = [], []
     settings = tiny_settings(tmp_path, learn_share_while_serving=0.5)
     learner = Learner(settings, loaded=tiny_loaded(), busy=lambda: True)
-    rest = learner.rest
+    rest = learner.rests.rest
 
     def recorded(worked_s: float) -> float:
         steps_s.append(worked_s)
         rests_s.append(rest(worked_s))
         return rests_s[-1]
-    learner.rest = recorded
+    learner.rests.rest = recorded
     doc = submit(learner)
     assert learner.learn(doc) == "committed"
     training = learner.documents.get(doc)["training"]
@@ -193,10 +194,10 @@ def test_the_embedded_learner_learns_on_the_served_weights_and_leaves_them_as_th
 
 def counting_scored(monkeypatch) -> list[list]:
     """Every batch of probes the learner scores from now on (a list per call)."""
-    from workers import learner as learner_module
+    from workers.stages import scoring
 
-    calls, score = [], learner_module.score_probes
-    monkeypatch.setattr(learner_module, "score_probes",
+    calls, score = [], scoring.score_probes
+    monkeypatch.setattr(scoring, "score_probes",
                         lambda model, tokenizer, probes: calls.append(list(probes)) or score(model, tokenizer, probes))
     return calls
 
@@ -283,8 +284,9 @@ def test_saved_scores_hold_only_for_what_they_were_saved_for():
 
 
 def test_with_no_tolerance_leaving_out_the_probes_a_candidate_cannot_move_decides_as_every_score_does():
-    """A deferred run's gate (Learner.prepare): the learned facts and neighbour prompts the candidate cannot move answer
-    after as before, so scoring none of them (None) leaves the decision and each failed check as they were."""
+    """A deferred run's gate (workers/stages/prepare.py): the learned facts and neighbour prompts the candidate
+    cannot move answer after as before, so scoring none of them (None) leaves the decision and each failed check as
+    they were."""
     import random
 
     rng = random.Random(0)

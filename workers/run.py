@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.scoring import Probe
-from core.training import Example, UpdateMethod
+from core.training import UpdateMethod
 from workers import gate
 
 
@@ -20,11 +20,10 @@ class Run:
     timings: dict[str, float] = field(default_factory=dict)
     fields: dict[str, Any] = field(default_factory=dict)  # what the document record and manifest also get
     superseded: list[str] = field(default_factory=list)  # documents every learned fact of which this one replaces
-    replay: list[Example] = field(default_factory=list)  # earlier facts trained beside the document's own examples
-    # The (prompt, namespace) pairs the candidate may move, once it has begun (Learner.may_move).
+    # The (prompt, namespace) pairs the candidate may move, once it has begun (stages/weigh.py: may_move).
     moved: set[tuple[str, str]] | None = None
     # Whether the parent's learned and neighbour probes are scored only where the candidate may move them
-    # (Learner.prepare); the others are None in `before`.
+    # (stages/prepare.py); the others are None in `before`.
     deferred: bool = False
 
     @property

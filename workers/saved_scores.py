@@ -34,7 +34,7 @@ def fingerprint(version: int, reach: frozenset[str] | None, model: str, settings
 
 
 def to_saved(check: str, suites: dict[str, list[Probe]], scores: dict[Probe, float]) -> dict[str, Any]:
-    """The suites' scores by position; null for a probe not scored (a deferred run's: workers/learner.py)."""
+    """The suites' scores by position; null for a probe not scored (a deferred run's: workers/stages/prepare.py)."""
     return {"check": check, "scores": {name: [scores.get(p) for p in suites[name]] for name in SUITES}}
 
 

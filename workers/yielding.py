@@ -27,3 +27,33 @@ class YieldToServing:
         while (rested := time.perf_counter() - started) < rest and self.busy():
             time.sleep(min(SLICE_S, rest - rested))
         return time.perf_counter() - started
+
+
+class Rests:
+    """A job's rests: after each training step, after each slice of a long phase (a batch of probes scored), and after
+    each phase for the rest of it. A phase's timing on the record is its work, the rests left out."""
+
+    def __init__(self, rest: Callable[[float], float]) -> None:
+        self.rest = rest
+        self._sliced = [0.0, 0.0]  # within the phase in hand: the work rested for slice by slice, and those rests
+
+    def step(self, worked_s: float) -> float:
+        """A rest after `worked_s` of work; the seconds rested."""
+        return self.rest(worked_s)
+
+    def begin_phases(self) -> None:
+        """A job's first phase starts: nothing rested within a phase yet."""
+        self._sliced = [0.0, 0.0]
+
+    def after_slice(self, worked_s: float) -> None:
+        """A rest within a phase, after one slice of it: a long phase yields as often as training does."""
+        self._sliced = [self._sliced[0] + worked_s, self._sliced[1] + self.rest(worked_s)]
+
+    def after_phase(self, timings: dict[str, float], phase: str) -> None:
+        """A rest after `phase` (if it ran): the phase rested after each slice rests now for the rest of it. The
+        phase's timing loses its rests; `rested_s` gains every rest."""
+        if phase in timings:
+            (work, rests), self._sliced = self._sliced, [0.0, 0.0]
+            timings[phase] -= rests
+            rested = rests + self.rest(max(0.0, timings[phase] - work))
+            timings["rested_s"] = timings.get("rested_s", 0.0) + rested

@@ -1,8 +1,9 @@
-"""A removal job (DELETE /documents/{id}): a new version without one document's contribution, made by the
-method's `remove` in place of weigh and train, then evaluated and committed or rejected like any other."""
+"""A removal job (DELETE /documents/{id}) as the same stages: prepare from the current version, the method's `remove`
+in place of weigh and train (it trains again, through the train stage, the later documents a method cannot keep
+without relearning), then the gate's verdict and a commit (the document erased) or a rejection."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from core import erasure
 from core.lifecycle import Status
@@ -10,47 +11,49 @@ from core.namespaces import namespace_of, reach
 from core.probes import from_json
 from core.state import learned_facts, learned_manifests, resolve
 from workers.run import Run
+from workers.stages.commit import finish, reject
+from workers.stages.parts import Parts
+from workers.stages.prepare import prepare
+from workers.stages.train import train
 
-if TYPE_CHECKING:
-    from workers.learner import Learner
 
-
-def remove(learner: Learner, parent: int, record: dict[str, Any]) -> Status:
+def remove(parts: Parts, parent: int, record: dict[str, Any]) -> Status:
     """Run the removal `record` asks for from version `parent`; returns the status it ends in."""
-    target = learner.documents.get(record["removes"])
-    lineage = learner.versions.lineage(parent)
+    documents, versions = parts.documents, parts.versions
+    target = documents.get(record["removes"])
+    lineage = versions.lineage(parent)
     position = next((i for i, m in enumerate(lineage) if m["version"] == target["version"]), None)
     if position is None:
         raise ValueError(f"version {target['version']} of document {target['document_id']} is not in the "
                          f"lineage of the current version {parent}")
     name = lineage[position]["method"]
-    counted = learned_manifests(learner.versions, parent)
-    facts = learned_facts(learner.versions, parent, reach(namespace_of(target)))  # those its removal can move
+    counted = learned_manifests(versions, parent)
+    facts = learned_facts(versions, parent, reach(namespace_of(target)))  # those its removal can move
     learned = [f.probe for f in facts if f.document_id != target["document_id"]]
     # Every probe scored now: what the removal moves is known only once the state has changed.
-    run = learner.prepare(parent, record, name, learned=learned, may_defer=False)
-    learner.rest_after_phase(run, "score_before_s")
+    run = prepare(parts, parent, record, name, learned=learned, may_defer=False)
+    parts.rests.after_phase(run.timings, "score_before_s")
     if not any(target["document_id"] in m["documents"] for m in counted):
-        return learner.reject(run, f"document {target['document_id']} is no longer in version {parent}")
+        return reject(parts, run, f"document {target['document_id']} is no longer in version {parent}")
     # The method's later versions whose documents still count (not removals, not removed ones).
     later = [m for m in counted if m["version"] > lineage[position]["version"] and m["method"] == name
              and not m.get("removes")]
-    earlier = resolve(learner.versions, lineage[position]["parent"] or 0).get(name)
-    learner.forget_loaded()  # the methods' state changes now; a rejection must not leave it loaded
+    earlier = resolve(versions, lineage[position]["parent"] or 0).get(name)
+    parts.held.forget_loaded()  # the methods' state changes now; a rejection must not leave it loaded
 
     def relearn() -> None:
         for manifest in later:
             own = from_json(manifest["probes"])  # the probes it was committed with, made ones included
             for later_id in manifest["documents"]:
-                later_record = learner.documents.get(later_id)
-                learner.train(Run(later_record, parent, run.method, run.suites, run.before),
-                              learner.weigher.examples(later_record, own)[0], own, report_progress=False)
+                later_record = documents.get(later_id)
+                train(parts, Run(later_record, parent, run.method, run.suites, run.before),
+                      parts.weigher.examples(later_record, own)[0], own, report_progress=False)
 
-    replayed = run.method.remove(lineage[position], later, learner.versions.load_delta, earlier, relearn)
+    replayed = run.method.remove(lineage[position], later, versions.load_delta, earlier, relearn)
     run.fields.update(removes=target["document_id"], replayed=replayed)
     # The target is marked (and erased) first, so a crash after the commit cannot let it be removed twice.
     # A removed document keeps its id and what happened (its status stays committed), not what it said
     # (core/erasure.py). The version that learned it keeps its delta: activating it needs an admin's force, and
     # asking it by name (ckl-vN) is refused.
-    return learner.finish(run, probes=[], on_commit=lambda version: erasure.erase(
-        learner.documents, learner.versions, target["document_id"], version))
+    return finish(parts, run, probes=[], on_commit=lambda version: erasure.erase(
+        documents, versions, target["document_id"], version))

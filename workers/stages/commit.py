@@ -1,0 +1,70 @@
+"""The tail of every job: the gate's verdict, then the candidate committed as a new version or rejected, with the
+reason on the record. A first rejection whose reason suggests another try raises RetryAfterRejection instead."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from core import faults, registry
+from core.lifecycle import Status
+from core.namespaces import namespace_of
+from core.scoring import accuracy
+from workers import gate
+from workers.run import RetryAfterRejection, Run
+from workers.stages.parts import Parts
+from workers.stages.scoring import Scores
+from workers.stages.verdict import evaluate, general_drift
+
+
+def finish(parts: Parts, run: Run, probes: list[dict[str, str]],
+           on_commit: Callable[[int], object] = lambda version: None, may_retry: bool = False) -> Status:
+    """Evaluate the candidate, then commit or reject it. `probes`: the document's, as its manifest keeps them;
+    `on_commit(version)` runs once the version is committed, before the record says so."""
+    parts.documents.move(run.doc_id, Status.EVALUATING)
+    verdict = evaluate(parts, run)
+    before, after = run.before, verdict.after
+    scores = {"before": before.summary(), "after": after.summary(), "own_before": before.own, "own_after": after.own}
+    outcome = {"gate": verdict.decision.to_json(), "scores": scores, **run.fields}
+    if not verdict.decision.accepted:
+        timed_out = (run.fields.get("training") or {}).get("timed_out")  # more steps would not fit either
+        plan = gate.retry_plan(verdict.decision) \
+            if may_retry and parts.settings.retry_on_rejection and not timed_out else None
+        if plan is not None:
+            parts.held.forget_loaded()
+            raise RetryAfterRejection(plan, verdict.decision.to_json(), run.fields.get("training"))
+        parts.documents.move(run.doc_id, Status.REJECTED, timings=run.rounded_timings(), **outcome)
+        return Status.REJECTED
+    # In the new version, the document's own probes belong to the learned suite.
+    metrics = {**after.summary(), "learned_acc": accuracy(gate.scored(after.learned + after.own)),
+               **general_drift(parts, run)}
+    commit(parts, run, verdict.scores, probes, metrics, outcome, on_commit)
+    return Status.COMMITTED
+
+
+def commit(parts: Parts, run: Run, scores: Scores, probes: list[dict[str, str]], metrics: dict[str, Any],
+           outcome: dict[str, Any], on_commit: Callable[[int], object]) -> int:
+    """The accepted candidate as a new version (`scores`: its probe scores): its manifest, the commit, the record,
+    the announcement."""
+    clock = time.perf_counter()
+    spec = registry.get(run.method.name)
+    manifest = {"documents": [run.doc_id], "probes": probes, "method": spec.name, "metrics": metrics,
+                "namespace": namespace_of(run.record), **outcome, **run.method.manifest_fields()}
+    faults.kill_point("before_commit")
+    version = parts.versions.commit(run.parent, run.method.delta(), manifest, spec.delta_file)
+    faults.kill_point("after_commit")
+    run.method.committed(version)
+    parts.held.committed(version, scores)
+    run.timings["commit_s"] = time.perf_counter() - clock
+    on_commit(version)
+    parts.documents.move(run.doc_id, Status.COMMITTED, version=version, timings=run.rounded_timings(), **outcome)
+    parts.publish(version)
+    return version
+
+
+def reject(parts: Parts, run: Run, reason: str) -> Status:
+    """Rejected before any training, the reason on the record."""
+    parts.held.forget_loaded()
+    parts.documents.move(run.doc_id, Status.REJECTED, scores={"before": run.before.summary()},
+                         gate=gate.Decision(False, reason).to_json())
+    return Status.REJECTED

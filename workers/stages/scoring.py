@@ -1,0 +1,86 @@
+"""Scoring probes as the served model would answer them: each probe with the routes it would take (a method that
+routes per row gives each row its own, so probes routed to different documents share a forward pass), in batches,
+with a rest after each batch."""
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Iterator
+
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from core.scoring import Probe, greedy_continuations, score_probes
+from workers import gate
+from workers.held import Held
+from workers.yielding import Rests
+
+SCORE_BATCH = 32  # probes scored in one forward pass
+Scores = dict[Probe, float]
+
+
+def unscored(suites: dict[str, list[Probe]], scores: Scores, deferred: bool) -> dict[Probe, None]:
+    """A deferred run's learned facts and neighbour prompts that have no score yet (none for a run not deferred), in
+    the suites' order (scored in batches in that order, as any run scores them)."""
+    return dict.fromkeys(p for name in gate.DEFERRABLE for p in suites[name] if p not in scores) if deferred else {}
+
+
+class Scorer:
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, held: Held, rests: Rests) -> None:
+        self.model, self.tokenizer, self.held, self.rests = model, tokenizer, held, rests
+
+    def score(self, suites: dict[str, list[Probe]], known: Scores | None = None,
+              left_out: Collection[Probe] = ()) -> tuple[gate.SuiteScores, Scores]:
+        """Every suite's probe scores, and every score there is now (`known`'s and those scored): probes in `known`
+        keep their score, those `left_out` (a deferred run's never scored: `unscored`) are None."""
+        scores = dict(known or {})
+        self.score_into(scores, [p for suite in suites.values() for p in suite if p not in scores and p not in left_out])
+        return gate.SuiteScores(**{name: [scores.get(p) for p in probes] for name, probes in suites.items()}), scores
+
+    def score_into(self, scores: Scores, probes: list[Probe], parent: bool = False) -> None:
+        """`probes`' scores added to `scores`; `parent`: routed as in the candidate's parent."""
+        for batch in self._batches(probes, parent):
+            scores.update(zip(batch, score_probes(self.model, self.tokenizer, batch)))
+
+    def continuations(self, probes: list[Probe], tokens: int) -> list[tuple[Probe, str]]:
+        """Each probe's greedy continuation of `tokens` tokens, as routed for it."""
+        made = []
+        for group in self.routed_groups(probes):
+            outs = greedy_continuations(self.model, self.tokenizer, [p.prompt for p in group], tokens)
+            made += list(zip(group, outs))
+        return made
+
+    def _batches(self, probes: list[Probe], parent: bool = False) -> Iterator[list[Probe]]:
+        """The probes in batches of one forward pass, each batch's routes on while the caller scores it: a method
+        that routes per row (the routed one) gives each row its own route; other methods' routes split the batches.
+        None on after. A rest follows each batch's work. `parent`: routed as in the candidate's parent
+        (UpdateMethod.parent_route)."""
+        per_row = [m for m in self.held.methods.values() if m.per_row]
+        for group in self.routed_groups(probes, rows_apart=True, parent=parent):
+            for start in range(0, len(group), SCORE_BATCH):
+                batch = group[start:start + SCORE_BATCH]
+                for method in per_row:
+                    routing = method.parent_route if parent else method.route
+                    method.activate_rows([routing(p.prompt, p.namespace) for p in batch])
+                clock = time.perf_counter()
+                yield batch
+                self.rests.after_slice(time.perf_counter() - clock)
+
+    def routed_groups(self, probes: list[Probe], rows_apart: bool = False,
+                      parent: bool = False) -> Iterator[list[Probe]]:
+        """The probes in groups that take the same routes on every method (with `rows_apart`, on every method that
+        does not route per row), each group's routes on while the caller uses it; none after. `parent`: as in the
+        candidate's parent."""
+        methods = self.held.methods
+        splitting = {name: m for name, m in methods.items() if not (rows_apart and m.per_row)}
+        groups: dict[tuple, list[Probe]] = {}
+        for probe in dict.fromkeys(probes):
+            routes = tuple((name, (m.parent_route if parent else m.route)(probe.prompt, probe.namespace))
+                           for name, m in splitting.items())
+            groups.setdefault(routes, []).append(probe)
+        try:
+            for routes, group in groups.items():
+                for name, route in routes:
+                    methods[name].activate(route)
+                yield group
+        finally:
+            for method in methods.values():
+                method.activate(None)

@@ -1,0 +1,51 @@
+"""Train: the run's method trained on the document's examples for the step budget, stopping once its own probes
+pass; a retry's plan scales the budget and the learning rate."""
+from __future__ import annotations
+
+import math
+import time
+
+from core import faults
+from core.scoring import Probe, score_probes
+from core.settings import Settings
+from core.training import Example
+from workers import gate
+from workers.run import Run
+from workers.stages.parts import Parts
+
+
+def budget(settings: Settings, examples: list[Example], has_probes: bool) -> int:
+    """The steps a document may train: the most for one with probes (it stops once they pass), else a few per 128
+    tokens of its examples."""
+    if has_probes:
+        return settings.max_steps
+    tokens = sum(len(e.input_ids) for e in examples)
+    return max(4, min(settings.max_steps, 4 * math.ceil(tokens / 128)))
+
+
+def train(parts: Parts, run: Run, examples: list[Example], own: list[Probe], replay: list[Example] = (),
+          report_progress: bool = True, plan: gate.RetryPlan | None = None) -> None:
+    """Train; the training's report goes on the run (`fields["training"]`, `timings["train_s"]`)."""
+    parts.held.forget_loaded()  # from here the methods hold a candidate, not the parent
+    steps = budget(parts.settings, examples, bool(own))
+    optimizer = None
+    if plan is not None:
+        steps = max(1, round(steps * plan.budget_scale))
+        optimizer = run.method.optimizer()
+        for group in optimizer.param_groups:
+            group["lr"] *= plan.learning_rate_scale
+    progress = (lambda step, total: parts.documents.update(run.doc_id, progress={"step": step, "steps": total})) \
+        if report_progress else (lambda step, total: None)
+    progress(0, steps)
+    faults.kill_point("training")
+    clock = time.perf_counter()
+    pinned = [e for e in parts.weigher.probe_examples(own) if e in examples]  # trained in every step
+    report = run.method.train(
+        examples, steps,
+        probes_pass=lambda: bool(own) and all(s == 1.0 for s in score_probes(parts.model, parts.tokenizer, own)),
+        progress=progress, optimizer=optimizer, replay=list(replay), pinned=pinned,
+        deadline=clock + parts.settings.max_train_s, rest_after_step=parts.rests.step)
+    run.timings["train_s"] = run.timings.get("train_s", 0.0) + time.perf_counter() - clock
+    run.fields["training"] = {"steps": report.steps, "stopped_early": report.stopped_early,
+                              "timed_out": report.timed_out, "losses": report.losses,
+                              "rested_s": round(report.rested_s, 2)}
