@@ -52,17 +52,18 @@ def fill(data: Path, n: int, batch: int = 5000) -> None:
     bytes of a few files, the reads of every)."""
     from bench.scale import documents as made_documents
     from bench.scale import random_delta
+    from core import routing
     from core.settings import Settings
-    from methods.routed import routing
     from methods.routed.serving import lora_shape
 
-    config = Settings().method_config("routed")
+    settings = Settings()
+    config, threshold = settings.method_config("routed"), settings.routing_threshold
     root = data / "versions"
     root.mkdir(parents=True)
     delta = root / "delta.safetensors"
     save_file(random_delta(lora_shape(config), config.storage, 0), str(delta))
     digest, size = sha256_file(delta), delta.stat().st_size
-    routing_fields = {"threshold": config.threshold, "rank": config.rank, "alpha": config.alpha,
+    routing_fields = {"threshold": threshold, "rank": config.rank, "alpha": config.alpha,
                       "targets": list(config.targets), "layers": config.layers, "storage": config.storage}
     store, made, version, now = DocumentStore(data), made_documents(n), 0, time.time() - n
     with store.engine.begin() as connection:
@@ -90,7 +91,7 @@ def fill(data: Path, n: int, batch: int = 5000) -> None:
                     os.link(source, folder / "routed_lora.safetensors")
                     (folder / "manifest.json").write_text(json.dumps({
                         "documents": [record["document_id"]], "method": "routed", "probes": body["probes"],
-                        "key": routing.key_for(text, probes, config.threshold), "routing": routing_fields,
+                        "key": routing.key_for(text, probes, threshold), "routing": routing_fields,
                         "namespace": "", "metrics": {"nf_acc": 1.0, "learned_acc": 1.0, "own_acc": 1.0},
                         "gate": {"decision": "commit", "reason": None}, "version": version, "parent": version - 1,
                         "created_at": now + i, "delta_file": "routed_lora.safetensors", "delta_sha256": digest,

@@ -32,9 +32,9 @@ from torch import nn
 
 from bench.api_scale import api_rows
 from bench.teach import general_prompts, percentile
+from core import routing
 from core.settings import Settings
 from core.versions import VersionStore
-from methods.routed import routing
 from methods.routed.layer import LoraShape, RoutedLora, pick_layers
 from methods.routed.serving import lora_shape
 from methods.routed.storage import pack, unpack
@@ -190,7 +190,7 @@ def main(argv: list[str]) -> None:
     config = settings.method_config("routed")
     rows = []
     for n in args.documents:
-        row = routing_at(n, config.threshold, args.prompts, args.scan_prompts)
+        row = routing_at(n, settings.routing_threshold, args.prompts, args.scan_prompts)
         row["lru_hit_rate"] = hit_rate(n, config.resident, args.requests)
         rows.append(row)
         print(json.dumps(row), flush=True)

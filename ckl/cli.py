@@ -197,21 +197,26 @@ def cmd_weights(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> None:
+    import methods  # noqa: F401  (registers every method folder)
+    from core import registry
     from core.model.loader import resolve_model_source
     from core.versions import UnknownVersion, VersionStore
-    from methods.adapter.export import NotExportable, export_adapter
-    from methods.routed.export import ROUTES_FILE, export_routed
 
     settings = settings_from(args)
     base = resolve_model_source(settings, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     versions = VersionStore(settings.data_dir / "versions")
     try:
-        routed = {m["method"] for m in versions.lineage(args.version)} == {"routed"}
-        out = (export_routed if routed else export_adapter)(versions, args.version, args.out, base)
-    except (NotExportable, UnknownVersion) as exc:
+        held = sorted({m["method"] for m in versions.lineage(args.version)})
+        if not held:
+            raise registry.NotExportable(f"version {args.version} has learned nothing: serve the base model itself")
+        if len(held) > 1 or not (spec := registry.get(held[0])).export:
+            exports = ", ".join(s.name for s in registry.registered() if s.export)
+            raise registry.NotExportable(f"version {args.version} holds {', '.join(held)} knowledge: only a version "
+                                         f"taught with one method that exports ({exports}) exports")
+        out = spec.export(versions, args.version, args.out, base)
+    except (registry.NotExportable, UnknownVersion) as exc:
         sys.exit(f"ckl export: {exc}")
-    what = f"a PEFT adapter per subject and {ROUTES_FILE}" if routed else "a PEFT adapter"
-    print(f"version {args.version} written to {out} as {what} for {base}")
+    print(f"version {args.version} written to {out} for {base} ({held[0]} knowledge)")
 
 
 def cmd_router(args: argparse.Namespace) -> None:

@@ -24,18 +24,18 @@ class MethodSpec:
     delta_file: str  # what a version of this method stores, in versions/<n>/
     servable: bool = True  # documents may ask for it (POST /documents "method")
     removable: bool = False  # one document's contribution can be taken out (DELETE /documents/{id})
-    # Its documents answer only the prompts routed to them, so they can be kept to a namespace (a tenant may teach
-    # with it; core/namespaces.py) and chosen one by one per request.
-    routed: bool = False
-    # Why a document (text, its probes as (prompt, answer)) can never be learned, decided at POST with the method's
-    # settings before anything is stored; None: it may be.
-    refusal: Callable[[str, list[tuple[str, str]], Any], str | None] | None = None
-    # The prompts of a document's probes that could not reach what it teaches, with the method's settings (a
-    # routed method's; None: every prompt can). What the trainer's `unreachable` says, without a model.
-    unreachable: Callable[[str, list[tuple[str, str]], Any], list[str]] | None = None
-
+    # Each document gets state of its own, used only for the prompts the framework routes to it (core/routing/): its
+    # documents can be kept to a namespace (a tenant may teach with it) and chosen one by one per request. Otherwise
+    # every update continues one state, which every prompt uses (the route is the whole version).
+    per_document: bool = False
+    # Writes a version as files another engine serves: (versions, version, out folder, base model) -> the folder.
+    export: Callable[..., Any] | None = None
 
 _REGISTRY: dict[str, MethodSpec] = {}
+
+
+class NotExportable(ValueError):
+    """A version a method's export cannot write (another method's knowledge in it, or none)."""
 
 
 class UnknownMethod(KeyError):

@@ -3,7 +3,7 @@
 A method has two sides, both in its folder (methods/<name>/). Training (core.training.UpdateMethod): build
 it on the model, load a state, train, give the delta, and optionally take one document out again. Serving
 (this interface): compose the deltas of a version's lineage into a state, add a version's state to the served
-model, use it for a decoding step, drop it.
+model, use it for a decoding step (on the route the framework decided: core/routing/), drop it.
 """
 from __future__ import annotations
 
@@ -66,26 +66,11 @@ class ServedMethod(ABC):
     def add(self, version: int, state: Any) -> None:
         """Make `version`'s state ready (None: the method has learned nothing in that version)."""
 
-    def route(self, version: int, prompt: str, namespaces: frozenset[str] | None = None) -> Hashable | None:
-        """What of `version`'s state a prompt uses, decided once per request (a method that routes, e.g. to one
-        document's delta, says where, among the documents of `namespaces` (None: all); None: the whole state, or
-        nothing routed)."""
-        return None
-
-    def select(self, version: int, choice: Choice) -> tuple[Hashable | None, set[str]]:
-        """The route that uses only the chosen knowledge (a subject: within the choice's namespaces), and the names
-        of the choice it found in `version`. A method that cannot take one document alone serves none of its state
-        (OFF)."""
-        return OFF, set()
-
-    def cite(self, version: int, prompt: str, route: Hashable | None) -> list[dict[str, Any]]:
-        """What of `version`'s state a prompt on `route` used (called only when the method learned something in
-        `version` and is not OFF): by default all of it."""
-        return [{"method": self.name, "document_id": None, "whole_version": True}]
-
     @abstractmethod
     def use(self, version: int, route: Hashable | None = None) -> None:
-        """Called before each decoding step of a request pinned to `version` (under the serving lock)."""
+        """Called before each decoding step of a request pinned to `version` (under the serving lock). `route`: for a
+        per-document method, the documents of its own the framework routed the prompt to (core/routing/; None: none);
+        for a whole-version method, None (its whole state) or OFF (none of it: the request named documents)."""
 
     per_row = False  # whether rows of one forward pass may each have their own route (use_rows)
 

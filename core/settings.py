@@ -16,7 +16,8 @@ DEFAULT_MODEL = "default"
 # Settings that moved into a method's own settings (methods/<name>/config.py).
 RENAMED = {"CKL_LORA_RANK": "CKL_ADAPTER_RANK", "CKL_LORA_ALPHA": "CKL_ADAPTER_ALPHA",
            "CKL_LORA_TARGETS": "CKL_ADAPTER_TARGETS", "CKL_OPTIMIZER": "CKL_ADAPTER_OPTIMIZER",
-           "CKL_LEARNING_RATE": "CKL_ADAPTER_LEARNING_RATE", "CKL_ROUTE_THRESHOLD": "CKL_ROUTED_THRESHOLD"}
+           "CKL_LEARNING_RATE": "CKL_ADAPTER_LEARNING_RATE", "CKL_ROUTE_THRESHOLD": "CKL_ROUTING_THRESHOLD",
+           "CKL_ROUTED_THRESHOLD": "CKL_ROUTING_THRESHOLD"}
 
 
 class Settings(BaseSettings):
@@ -79,6 +80,9 @@ class Settings(BaseSettings):
 
     # The update method a document gets when it names none (a registered method: methods/<name>/).
     method: str = "routed"
+    # A prompt is routed to a document of a per-document method when the document's key terms it names weigh at least
+    # this much together (core/routing/).
+    routing_threshold: float = Field(2.0, gt=0)
 
     # The learning loop every method shares.
     max_steps: int = Field(32, gt=0)
@@ -113,7 +117,7 @@ class Settings(BaseSettings):
     weight_threshold: float = Field(0.1, ge=0, lt=1)
 
     # Each method's own settings come from CKL_<METHOD>_* (methods/<name>/config.py); these override them by
-    # method name, e.g. {"routed": {"threshold": 3.0}} (JSON in CKL_METHOD_SETTINGS).
+    # method name, e.g. {"routed": {"rank": 8}} (JSON in CKL_METHOD_SETTINGS).
     method_settings: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     # The gate. One point of NF accuracy is the most forgetting the served model may show, over all versions.

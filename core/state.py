@@ -1,28 +1,41 @@
-"""What a version holds: for each method that learned something along its lineage, the state its serving
-side composes from those versions' deltas (the adapter: the last adapter; the memory: every row written,
-a later write of a row winning)."""
+"""What a version holds: the documents its per-document methods route to (the framework's table, core/routing/), and
+for each method that learned something along its lineage, the state its serving side composes from those versions'
+deltas (the adapter: the last adapter; the memory: every row written, a later write of a row winning; the routed
+method: where each document's delta is stored)."""
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from core import registry
 from core.namespaces import SHARED, namespace_of, within
 from core.probes import from_json
+from core.routing.table import Table, compose
 from core.scoring import Probe
 from core.subjects import without_time_markers
 from core.versions import UnknownVersion, VersionStore
 
-KnowledgeState = dict[str, Any]  # method name -> its composed state; a method absent has learned nothing
+
+@dataclass
+class Knowledge:
+    """What one version holds."""
+    table: Table = field(default_factory=Table)  # the documents routed per document
+    states: dict[str, Any] = field(default_factory=dict)  # method name -> its state; absent: it learned nothing
+
+    def get(self, name: str) -> Any:
+        return self.states.get(name)
 
 
-def resolve(versions: VersionStore, version: int) -> KnowledgeState:
+def resolve(versions: VersionStore, version: int) -> Knowledge:
+    lineage = versions.lineage(version)
     by_method: dict[str, list[dict[str, Any]]] = {}
-    for manifest in versions.lineage(version):
+    for manifest in lineage:
         by_method.setdefault(manifest["method"], []).append(manifest)
-    return {name: registry.get(name).served.compose(manifests, versions.load_delta)
-            for name, manifests in by_method.items()}
+    table = compose(lineage)
+    table.keys()  # the index of every document, built before a swap (outside its lock), not by a request
+    return Knowledge(table, {name: registry.get(name).served.compose(manifests, versions.load_delta)
+                             for name, manifests in by_method.items()})
 
 
 def restored_by(versions: VersionStore, version: int) -> list[str]:

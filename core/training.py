@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,6 @@ from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from core.memory import give_back
-from core.namespaces import SHARED
 from core.scoring import next_token_nll, pad_batch
 from core.served import LoadDelta
 from core.settings import Settings
@@ -87,6 +86,15 @@ def batches(examples: list[Example], size: int, steps: int, max_tokens: int | No
     return made
 
 
+def step_batches(examples: list[Example], pinned: list[Example], size: int, steps: int,
+                 max_tokens: int) -> list[list[Example]]:
+    """Each step's batch: the pinned examples, then the others in turn in what is left of `size` and `max_tokens`."""
+    rest = [e for e in examples if e not in pinned]
+    room = max(1, max_tokens - sum(len(e.input_ids) for e in pinned))
+    rounds = batches(rest, max(1, size - len(pinned)), steps, room) if rest else [[] for _ in range(steps)]
+    return [list(pinned) + batch for batch in rounds]
+
+
 def most_at_risk(losses: list[float], n: int) -> list[int]:
     """The `n` replayed rows to train next: those with the highest loss, the first of equal ones."""
     return sorted(range(len(losses)), key=lambda i: (-losses[i], i))[:n]
@@ -141,43 +149,16 @@ class UpdateMethod(ABC):
     def manifest_fields(self) -> dict[str, Any]:
         """What a server needs to install the delta, and the hyperparameters, for the manifest."""
 
-    def view(self, namespace: str) -> None:
-        """Before scoring and training a document of `namespace` (core/namespaces.py): a method that routes sees only
-        the documents of the namespaces that document can change answers in."""
-
     def begin(self, document_id: str, text: str, probes: list[tuple[str, str]]) -> None:
-        """Before training a document (with its probes, given or made): a method that keeps something per document
-        sets it up here."""
-
-    def refusal(self) -> str | None:
-        """After `begin`: why this document cannot be learned by this method at all (None: it can)."""
-        return None
-
-    def retire(self, document_ids: list[str]) -> list[str]:
-        """After `begin`: stop serving what these documents taught (every fact they taught is replaced by this one);
-        returns those it could retire. A method that cannot take one document out retires none."""
-        return []
+        """Before training a document (with its probes, given or made): a per-document method sets up the document's
+        own fresh state here (the framework has its routing key: core/routing/candidate.py)."""
 
     def committed(self, version: int) -> None:
         """The trained state was committed as `version` and stays loaded for the next document."""
 
-    def unreachable(self, text: str, probes: list[tuple[str, str]]) -> list[str]:
-        """The prompts of a document's probes that could not reach what the document teaches (none, unless the
-        method routes)."""
-        return []
-
-    def route(self, prompt: str, namespace: str = SHARED) -> Hashable | None:
-        """Which part of the loaded state a prompt asked in `namespace` uses (see ServedMethod.route; the documents
-        it may reach: core/namespaces.routed_for); None for a method that does not route."""
-        return None
-
-    def parent_route(self, prompt: str, namespace: str = SHARED) -> Hashable | None:
-        """After `begin`: `route` as the parent version has it, the documents retired since in it and the candidate
-        not. A method whose candidate changes no route (and retires none) routes as `route` does."""
-        return self.route(prompt, namespace)
-
     def activate(self, route: Hashable | None) -> None:
-        """Use `route` for the next forward passes (scoring a group of probes with the same route)."""
+        """Use `route` for the next forward passes (scoring a group of probes with the same route): for a per-document
+        method, the documents of its own the framework routed them to; None for a whole-version one."""
 
     per_row = False  # whether rows of one forward pass may each have their own route (activate_rows)
 
@@ -185,16 +166,6 @@ class UpdateMethod(ABC):
         """Row i of the next forward passes uses `routes[i]` (scoring probes with different routes in one pass).
         Only for a method with `per_row`."""
         raise NotImplementedError(f"{type(self).__name__} routes the whole batch")
-
-    def affected(self, prompt: str, namespace: str = SHARED) -> bool:
-        """Whether training may have changed the model's output for `prompt` asked in `namespace`. Every prompt,
-        unless the method can tell: the gate then scores only the affected probes again."""
-        return True
-
-    def affected_among(self, asked: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
-        """The (prompt, namespace) pairs that are `affected`; a method that can tell without asking for each one
-        overrides it."""
-        return {(prompt, namespace) for prompt, namespace in asked if self.affected(prompt, namespace)}
 
     def remove(self, removed: dict[str, Any], later: list[dict[str, Any]], load_delta: LoadDelta, earlier: Any,
                relearn: Callable[[], None]) -> bool:
@@ -226,6 +197,28 @@ class UpdateMethod(ABC):
         per_example, used = self.losses(batch)
         return per_example[used].mean()
 
+    def _step(self, own: list[Example], replay: list[Example], replay_losses: list[float],
+              optimizer: torch.optim.Optimizer, params: list[nn.Parameter]) -> float:
+        """One optimizer step on `own` and the replayed rows most at risk (their losses updated as trained); the
+        step's loss, rounded."""
+        replayed = most_at_risk(replay_losses, self.settings.replay_rows)
+        batch = own + [replay[i] for i in replayed]
+        with torch.enable_grad():
+            per_example, used = self.losses(batch)
+            loss = per_example[used].mean()
+            for i, value in zip(replayed, per_example[len(own):].tolist(), strict=True):
+                replay_losses[i] = value
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.restrict_gradients(batch)
+            if self.settings.max_grad_norm:
+                torch.nn.utils.clip_grad_norm_(params, self.settings.max_grad_norm)
+            optimizer.step()
+        value = round(float(loss.detach()), 4)
+        del per_example, loss
+        give_back()  # this step's transients: kept in the C heap, RSS would climb by them step after step
+        return value
+
     def train(self, examples: list[Example], budget: int, probes_pass: Callable[[], bool] = lambda: False,
               progress: Progress = lambda step, steps: None, optimizer: torch.optim.Optimizer | None = None,
               batch_size: int = 8, replay: list[Example] = (), pinned: list[Example] = (),
@@ -256,11 +249,8 @@ class UpdateMethod(ABC):
         passed_at: int | None = None
         steps = budget + self.extra_steps
         replay_losses: list[float] = []
-        rest = [e for e in examples if e not in pinned]
-        room = max(1, self.settings.max_step_tokens - sum(len(e.input_ids) for e in pinned))
-        rounds = batches(rest, max(1, batch_size - len(pinned)), steps, room) if rest else [[] for _ in range(steps)]
         step_started = time.perf_counter()
-        for step, own in enumerate([list(pinned) + batch for batch in rounds]):
+        for step, own in enumerate(step_batches(examples, pinned, batch_size, steps, self.settings.max_step_tokens)):
             if step:  # after the last step's work, its probe check included: a rest, outside the deadline
                 rested = rest_after_step(time.perf_counter() - step_started)
                 report.rested_s += rested
@@ -271,23 +261,8 @@ class UpdateMethod(ABC):
                 break
             if replay and step % self.settings.check_every == 0:  # what the delta pulls away changes as it grows
                 replay_losses = self.measured_losses(replay, batch_size)
-            replayed = most_at_risk(replay_losses, self.settings.replay_rows)
-            batch = own + [replay[i] for i in replayed]
-            with torch.enable_grad():
-                per_example, used = self.losses(batch)
-                loss = per_example[used].mean()
-                for i, value in zip(replayed, per_example[len(own):].tolist(), strict=True):
-                    replay_losses[i] = value
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                self.restrict_gradients(batch)
-                if self.settings.max_grad_norm:
-                    torch.nn.utils.clip_grad_norm_(params, self.settings.max_grad_norm)
-                optimizer.step()
             report.steps = step + 1
-            report.losses.append(round(float(loss.detach()), 4))
-            del per_example, loss
-            give_back()  # this step's transients: kept in the C heap, RSS would climb by them step after step
+            report.losses.append(self._step(own, replay, replay_losses, optimizer, params))
             progress(step + 1, steps)
             if passed_at is None and (step + 1) % self.settings.check_every == 0 and probes_pass():
                 passed_at = step + 1

@@ -16,7 +16,8 @@ from core.model.serving import ServingModel, UnknownKnowledge
 from core.namespaces import namespace_of
 from core.runtime import Runtime
 from core.served import Choice
-from core.state import KnowledgeState, resolve, restored_by
+from core.state import Knowledge as VersionKnowledge
+from core.state import resolve, restored_by
 from service.errors import ApiError, busy, field_error
 from service.metrics import Metrics
 from service.schemas import DOCUMENT_NAME, Knowledge
@@ -121,7 +122,7 @@ class GenerationService:
                                   "routed method can be chosen, by id or by subject") from None
         return version
 
-    def loader(self, version: int | None) -> Callable[[], KnowledgeState] | None:
+    def loader(self, version: int | None) -> Callable[[], VersionKnowledge] | None:
         """How to load `version` if the served model does not hold it (None for version 0, always held)."""
         return (lambda: resolve(self.runtime.versions, version)) if version else None
 

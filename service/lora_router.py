@@ -19,7 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
-from methods.routed import routing
+from core import routing
 
 
 def read_routes(path: Path) -> dict[str, Any]:

@@ -11,7 +11,9 @@ import torch
 from core.model.batching import Scheduler
 from core.model.generation import Generation, SamplingParams, generate, stream
 from core.model.serving import ServingModel
-from methods.routed.serving import RoutedState, Taught
+from core.routing.table import Table, Taught
+from core.state import Knowledge
+from methods.routed.serving import Deltas
 from service.errors import ApiError
 from service.generations import GenerationService
 from service.metrics import Metrics
@@ -247,8 +249,9 @@ def random_routed(serving: ServingModel, keys: dict[str, dict[str, float]], vers
             if name.endswith(".B"):
                 tensor.data.normal_(0, 0.3, generator=torch.Generator().manual_seed(n))
         deltas[n] = {k: v.detach().clone() for k, v in tensors.items()}
-    state = RoutedState([Taught(d, key, n) for n, (d, key) in enumerate(keys.items(), start=1)], deltas.__getitem__)
-    serving.install(version, {"routed": state})
+    table = Table([Taught(d, key, n, method="routed") for n, (d, key) in enumerate(keys.items(), start=1)])
+    stored = Deltas({d: n for n, d in enumerate(keys, start=1)}, deltas.__getitem__)
+    serving.install(version, Knowledge(table, {"routed": stored}))
 
 
 def test_prompts_routed_to_different_documents_share_one_forward_pass_with_their_own_answers(tiny):

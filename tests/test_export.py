@@ -10,9 +10,10 @@ import torch
 from fastapi.testclient import TestClient
 from peft import PeftModel
 
+from core import routing
 from core.model.serving import ServingModel, install_committed
-from methods.adapter.export import NotExportable, export_adapter
-from methods.routed import routing
+from core.registry import NotExportable
+from methods.adapter.export import export_adapter
 from methods.routed.export import export_routed
 from service.lora_router import adapter_for, create_router, read_routes
 from tests.api_app import tiny_settings

@@ -76,15 +76,19 @@ def test_answers_cite_the_documents_that_answered_and_chosen_knowledge_answers_t
                                                   max_tokens=2, temperature=0, stream=True))
         assert chunks[-1].knowledge["version"] == 2 and not hasattr(chunks[0], "knowledge")
 
-        # What no version holds, or no document of that name: 422, and nothing generated.
-        for knowledge, code in ((["0123456789abcdef"], "unknown_document"), (["Nowhereland"], "not_in_version"),
-                                ([], "value_error"), ("all", "value_error")):
-            refused = client.post("/generate", json={"prompt": PROMPT, "knowledge": knowledge})
-            assert refused.status_code == 422 and refused.json()["error"]["fields"][0]["rule"] == code, refused.text
-        pinned = client.post("/v1/completions", json={"model": "ckl-v1", "prompt": PROMPT, "knowledge": [brennoria]})
-        assert pinned.status_code == 400 and "version 1 holds no" in pinned.json()["error"]["message"]  # OpenAI: 400
-        off_pinned = client.post("/v1/completions", json={"model": "ckl-v1", "prompt": PROMPT, "knowledge": "off"})
-        assert off_pinned.status_code == 400 and "version 0" in off_pinned.json()["error"]["message"]
+        assert_unknown_knowledge_is_refused(client, brennoria)
+
+
+def assert_unknown_knowledge_is_refused(client, taught_in_2: str) -> None:
+    """What no version holds, or no document of that name: 422, and nothing generated; OpenAI's routes: 400."""
+    for knowledge, code in ((["0123456789abcdef"], "unknown_document"), (["Nowhereland"], "not_in_version"),
+                            ([], "value_error"), ("all", "value_error")):
+        refused = client.post("/generate", json={"prompt": PROMPT, "knowledge": knowledge})
+        assert refused.status_code == 422 and refused.json()["error"]["fields"][0]["rule"] == code, refused.text
+    pinned = client.post("/v1/completions", json={"model": "ckl-v1", "prompt": PROMPT, "knowledge": [taught_in_2]})
+    assert pinned.status_code == 400 and "version 1 holds no" in pinned.json()["error"]["message"]
+    off_pinned = client.post("/v1/completions", json={"model": "ckl-v1", "prompt": PROMPT, "knowledge": "off"})
+    assert off_pinned.status_code == 400 and "version 0" in off_pinned.json()["error"]["message"]
 
 
 def test_each_version_says_which_general_prompts_it_continues_otherwise_than_version_0(tmp_path):

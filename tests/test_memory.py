@@ -170,7 +170,7 @@ def test_three_memory_updates_then_removing_the_middle_one_keeps_the_other_two(t
     assert learner.documents.get(ids[1])["removed_in_version"] == 4
 
     method = learner.methods["memory"]
-    method.load(resolve(learner.versions, 4)["memory"])
+    method.load(resolve(learner.versions, 4).get("memory"))
     probes = [Probe(prompt, answer) for _, prompt, answer in FACTS]
     assert score_probes(method.model, tiny.tokenizer, probes) == [1.0, 0.0, 1.0]
 

@@ -7,15 +7,20 @@ import time
 import torch
 from safetensors.torch import load_file, save_file
 
+from core import routing
 from core.namespaces import SHARED
+from core.routing.candidate import Candidate
+from core.routing.table import Table, Taught
 from core.scoring import Probe, encode_probe
 from core.settings import Settings
 from core.training import Example, batches, most_at_risk
-from methods.routed import routing, storage
+from methods.routed import storage
 from methods.routed.layer import RoutedLora
-from methods.routed.serving import RoutedState, Taught, lora_shape
+from methods.routed.serving import Deltas, lora_shape
 from methods.routed.training import RoutedMethod
 from workers import weighting
+
+THRESHOLD = 2.0
 
 
 def with_random_deltas(method: RoutedMethod, documents: list[str]) -> None:
@@ -66,13 +71,18 @@ def test_the_document_in_training_is_trained_beside_the_stacked_deltas_of_the_ot
     text, probes = "the capital of veltoria is marnhold", [("the capital of veltoria is", "marnhold")]
     method = RoutedMethod(tiny.model, tiny.tokenizer, Settings(check_every=1))
     with_random_deltas(method, ["a", "b"])
-    key = routing.key_for(text, probes, method.config.threshold)
+    key = routing.key_for(text, probes, THRESHOLD)
     method.lora.sources.update(a=1, b=2)  # as read from versions 1 and 2
-    method.load(RoutedState([Taught("a", key, 1), Taught("b", key, 2)]))  # two earlier documents about veltoria
+    method.load(Deltas({"a": 1, "b": 2}))
+    candidate = Candidate(Table([Taught("a", key, 1, method="routed"), Taught("b", key, 2, method="routed")]),
+                          THRESHOLD)  # two earlier documents about veltoria
+    candidate.start(SHARED, per_document=True)
+    candidate.begin("new", "routed", text, probes)
     method.begin("new", text, probes)
     enc = tiny.tokenizer(text, return_offsets_mapping=True)
     example = Example(enc["input_ids"], weighting.oracle(enc["offset_mapping"], text, ["marnhold"]))
     frozen = {d: {k: v.clone() for k, v in method.lora.documents[d].items()} for d in ("a", "b")}
+    method.activate(candidate.training_route())  # as the learner's train stage does
     report = method.train([example], 4, lambda: False)
     assert set(method.lora.active) == {"a", "b", "new"}
     assert report.steps == 4 and report.losses[-1] < report.losses[0]
@@ -81,24 +91,24 @@ def test_the_document_in_training_is_trained_beside_the_stacked_deltas_of_the_ot
         assert all(torch.equal(method.lora.documents[d][k], v) for k, v in frozen[d].items())
 
 
-def test_a_shared_documents_run_routes_each_prompt_as_its_namespace_asks_it(tiny):
+def test_a_shared_documents_run_routes_each_prompt_as_its_namespace_asks_it():
     """While a shared document is gated, a tenant's prompt reaches that tenant's documents and the shared ones, as
     the tenant's keys are answered, never another tenant's; what the candidate may move is told in each view."""
     prompt, probes = "the capital of veltoria is", [("the capital of veltoria is", "marnhold")]
-    method = RoutedMethod(tiny.model, tiny.tokenizer, Settings(check_every=1))
-    with_random_deltas(method, ["ours", "theirs"])
-    key = routing.key_for("the capital of veltoria is marnhold", probes, method.config.threshold)
-    method.lora.sources.update(ours=1, theirs=2)
-    method.load(RoutedState([Taught("ours", key, 1, "acme"), Taught("theirs", key, 2, "globex")]))
-    method.view(SHARED)
-    assert method.route(prompt, "acme") == ("ours",) and method.route(prompt) is None
-    method.begin("shared", "the capital of veltoria is paris", [(prompt, "paris")])
-    assert method.route(prompt, "acme") == ("ours", "shared") and method.route(prompt, "globex") == ("theirs", "shared")
-    assert method.route(prompt) == ("shared",)
+    key = routing.key_for("the capital of veltoria is marnhold", probes, THRESHOLD)
+    candidate = Candidate(Table([Taught("ours", key, 1, "acme", "routed"), Taught("theirs", key, 2, "globex", "routed")]),
+                          THRESHOLD)
+    candidate.start(SHARED, per_document=True)
+    assert candidate.route(prompt, "acme") == ("ours",) and candidate.route(prompt) is None
+    candidate.begin("shared", "routed", "the capital of veltoria is paris", [(prompt, "paris")])
+    assert candidate.route(prompt, "acme") == ("ours", "shared")
+    assert candidate.route(prompt, "globex") == ("theirs", "shared") and candidate.route(prompt) == ("shared",)
     asked = {(prompt, "acme"), (prompt, "globex"), (prompt, SHARED), ("the capital of france is", "acme")}
-    assert method.affected_among(asked) == asked - {("the capital of france is", "acme")}
-    method.view("acme")  # a tenant's own run: every prompt as that tenant is answered
-    assert method.route(prompt, SHARED) == method.route(prompt, "globex") == ("ours", "shared")
+    assert candidate.affected_among(asked) == asked - {("the capital of france is", "acme")}
+    candidate.start("acme", per_document=True)  # a tenant's own run: every prompt as that tenant is answered
+    assert candidate.route(prompt, SHARED) == candidate.route(prompt, "globex") == ("ours", "shared")
+    candidate.start(SHARED, per_document=False)  # a whole-version method's run may move any prompt
+    assert candidate.affected_among(asked) == asked and candidate.retire(["ours"]) == []
 
 
 def test_the_replayed_rows_are_those_with_the_highest_loss_first_of_equal_ones():
@@ -127,6 +137,7 @@ def probe_example(tiny, prompt: str, answer: str) -> Example:
 def test_each_step_trains_all_own_examples_and_the_replayed_fact_most_at_risk(tiny):
     method = Recording(tiny.model, tiny.tokenizer, Settings(check_every=2, replay_rows=1))
     method.begin("new", "the capital of veltoria is marnhold", [("the capital of veltoria is", "marnhold")])
+    method.activate(("new",))  # its route, as the learner's train stage sets it
     own = [probe_example(tiny, "the capital of veltoria is", "marnhold"), probe_example(tiny, "veltoria", "marnhold")]
     # Earlier facts: three the model answers already (its most likely token), one it does not (its least likely).
     replay = []
@@ -160,6 +171,7 @@ def test_a_long_document_trains_its_probes_in_every_step_and_stops_at_the_deadli
     text = "the capital of veltoria is marnhold"
     method = RoutedMethod(tiny.model, tiny.tokenizer, Settings(max_step_tokens=64))
     method.begin("long", text, [("the capital of veltoria is", "marnhold")])
+    method.activate(("long",))
     ids = tiny.tokenizer(text)["input_ids"]
     probe = Example(ids, [0.0] * (len(ids) - 1) + [1.0])
     windows = [Example((ids[n:] * 10)[:40], [1.0] * 40) for n in range(5)]  # 40 tokens each

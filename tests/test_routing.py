@@ -6,10 +6,9 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from core import routing
 from core.model.generation import SamplingParams, generate
-from core.model.serving import ServingModel
-from methods.routed import routing
-from methods.routed.serving import RoutedState, Taught
+from core.routing.table import Table, Taught
 from tests.api_app import tiny_client, tiny_settings, wait_final, wait_version
 from tests.tiny import tiny_loaded
 
@@ -108,12 +107,28 @@ def test_a_routed_fact_is_served_only_to_its_prompts_and_its_removal_is_exact(tm
 
 
 def test_the_route_is_decided_on_the_prompt_and_held_for_the_whole_answer(tmp_path):
-    serving = ServingModel(tiny_loaded(), tiny_settings(tmp_path))
-    seen = []
-    original = serving.run
-    serving.run = lambda version, fn, routes=None: (seen.append(routes), original(version, fn, routes))[1]
-    generate(serving, serving.tokenizer("the capital of veltoria is")["input_ids"], SamplingParams(max_new_tokens=5))
-    assert len(seen) == 5 and all(r == seen[0] for r in seen)
+    """On a taught model, through the API's batched decoding and the one-request loop: a prompt about the document is
+    routed once, and every decoding step of its answer runs that document's delta."""
+    settings = tiny_settings(tmp_path, methods={"routed": {"learning_rate": 3e-2}})
+    with tiny_client(settings) as client:
+        record = wait_final(client, client.post("/documents", json=FACT).json()["document_id"])
+        assert record["status"] == "committed", record
+        wait_version(client, 1, "the capital of veltoria is")
+        serving = client.app.state.runtime.serving
+        routed = serving.methods["routed"]
+        decided, stepped = [], []
+        routes, use, use_rows = serving.routes, routed.use, routed.use_rows
+        serving.routes = lambda *args: decided.append(routes(*args)["routed"]) or routes(*args)
+        routed.use = lambda version, r=None: stepped.append(r) or use(version, r)
+        routed.use_rows = lambda version, rows: stepped.extend(rows) or use_rows(version, rows)
+        body = client.post("/generate", json={"prompt": "the capital of veltoria is", "max_new_tokens": 6,
+                                              "stop": []}).json()
+        assert decided == [(record["document_id"],)], decided
+        assert body["completion_tokens"] == len(stepped) == 6 and set(stepped) == {decided[0]}
+        decided.clear(), stepped.clear()
+        prompt_ids = serving.tokenizer("the capital of veltoria is")["input_ids"]
+        generate(serving, prompt_ids, SamplingParams(max_new_tokens=5))
+        assert len(decided) == 1 and stepped == decided * 5
 
 
 @pytest.mark.parametrize("text,prompt,reason", [
@@ -174,17 +189,17 @@ def test_the_index_routes_exactly_as_the_scan(keys, prompt_words, extra):
 @settings(max_examples=200, deadline=None)
 @given(keys_lists, st.integers(0, 12), st.lists(st.sampled_from(["", "acme", "globex"]), max_size=12))
 def test_an_index_grown_key_by_key_is_the_index_built_at_once(keys, cut, namespaces):
-    """A committed document extends the learner's indexes (KeyIndex.extended, RoutedState.append) instead of their
+    """A committed document extends the learner's indexes (KeyIndex.extended, Table.append) instead of their
     being built again: what they hold is what building them from all the keys gives, in every namespace's view."""
     listed = [(f"d{i}", key) for i, key in enumerate(keys)]
     assert vars(routing.KeyIndex(listed[:cut]).extended(listed[cut:])) == vars(routing.KeyIndex(listed))
     taught = [Taught(d, key, i + 1, (namespaces + [""] * len(listed))[i]) for i, (d, key) in enumerate(listed)]
     views = [None, frozenset({""}), frozenset({"", "acme"}), frozenset({"", "globex"})]
-    grown = RoutedState(taught[:cut])
+    grown = Table(taught[:cut])
     for each in taught[cut:]:
         [grown.keys(view) for view in views]  # indexes built before each commit, as routing a prompt builds them
         grown.append(each)
-    built = RoutedState(taught)
+    built = Table(taught)
     for view in views:
         assert vars(grown.keys(view)) == vars(built.keys(view))
 
@@ -196,13 +211,15 @@ steps = st.lists(st.tuples(st.sampled_from(["teach", "teach", "teach", "again", 
 @settings(max_examples=200, deadline=None)
 @given(keys_lists, steps)
 def test_a_version_extended_from_its_parent_holds_what_its_lineage_composes(keys, steps):
-    """The serving side makes a new version from its parent's state where it can (RoutedServed.extend: a document
-    taught for the first time); whatever the lineage did before (documents taught again, retired, removed), that
-    state routes as the one composed from every manifest of the lineage."""
-    from methods.routed.serving import RoutedServed, compose
+    """The serving side makes a new version from its parent's where it can (the table's `extended`, the routed
+    method's `extend`: a document taught for the first time); whatever the lineage did before (documents taught
+    again, retired, removed), that table routes as the one composed from every manifest of the lineage, and the routed
+    method holds the deltas of the documents it holds."""
+    from core.routing.table import compose, extended
+    from methods.routed.serving import RoutedServed
 
     keys = keys or [{"veltoria": 3.0}]
-    manifests, taught, state = [], [], None
+    manifests, taught, state, deltas = [], [], Table(), None
     for version, (kind, pick, namespace) in enumerate(steps, start=1):
         manifest = {"version": version, "parent": version - 1, "method": "routed", "namespace": namespace,
                     "documents": [f"d{version}"], "key": keys[version % len(keys)]}
@@ -215,9 +232,11 @@ def test_a_version_extended_from_its_parent_holds_what_its_lineage_composes(keys
         if not manifest.get("removes") and manifest["documents"][0] not in taught:
             taught.append(manifest["documents"][0])
         manifests.append(manifest)
-        state = RoutedServed.extend(state, manifest, None) or compose(manifests, None)
-        composed = compose(manifests, None)
+        state = extended(state, manifest) or compose(manifests)
+        deltas = RoutedServed.extend(deltas, manifest, None) or RoutedServed.compose(manifests, None)
+        composed = compose(manifests)
         assert state.documents == composed.documents
+        assert deltas.stored_in == {t.document_id: t.version for t in composed.documents}
         for view in [None, frozenset({""}), frozenset({"", "acme"})]:
             assert vars(state.keys(view)) == vars(composed.keys(view))
 

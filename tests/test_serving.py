@@ -6,17 +6,18 @@ import torch
 from core.model.generation import SamplingParams, cut_at_stop, generate, sample_token
 from core.model.serving import ServingModel
 from core.settings import Settings
+from core.state import Knowledge
 from methods.adapter import layer as adapter
 from methods.memory import layer as memory_layer
 
 SETTINGS = Settings(method_settings={"adapter": {"rank": 4, "alpha": 8}})
 
 
-def random_adapter(serving: ServingModel, seed: int) -> dict[str, adapter.LoraState]:
+def random_adapter(serving: ServingModel, seed: int) -> Knowledge:
     gen = torch.Generator().manual_seed(seed)
     state = adapter.read_state(serving.methods["adapter"].peft, "v0")
     tensors = {k: torch.randn(v.shape, generator=gen) * 0.5 for k, v in state.items()}
-    return {"adapter": adapter.LoraState(tensors, adapter.config_to_dict(adapter.lora_config(4, 8)))}
+    return Knowledge(states={"adapter": adapter.LoraState(tensors, adapter.config_to_dict(adapter.lora_config(4, 8)))})
 
 
 def test_version_0_logits_are_the_base_models(tiny):
@@ -68,7 +69,7 @@ def test_memory_versions_swap_in_only_their_rows(tiny, tmp_path):
     serving = ServingModel(tiny, SETTINGS.model_copy(update={"data_dir": tmp_path}))
     torch.manual_seed(0)
     rows = torch.arange(64)  # every slot, so the tiny text surely reads some
-    serving.install(1, {"memory": {"rows": rows, "values": torch.randn(64, 32)}})
+    serving.install(1, Knowledge(states={"memory": {"rows": rows, "values": torch.randn(64, 32)}}))
     one = serving.run(1, lambda m: m(ids).logits.clone())
     assert not torch.allclose(one, base)
     assert torch.equal(serving.run(0, lambda m: m(ids).logits), base)
@@ -76,7 +77,7 @@ def test_memory_versions_swap_in_only_their_rows(tiny, tmp_path):
     assert memory.values.abs().sum() == 0  # version 0's rows: none
     with serving.pinned() as pinned:  # a request still decoding on version 1 while version 2 lands
         assert pinned == 1
-        serving.install(2, {"memory": {"rows": torch.tensor([3]), "values": torch.ones(1, 32)}})
+        serving.install(2, Knowledge(states={"memory": {"rows": torch.tensor([3]), "values": torch.ones(1, 32)}}))
         serving.run(2, lambda m: None)
         assert memory.values.abs().sum(-1).nonzero().squeeze(-1).tolist() == [3]
         assert torch.equal(serving.run(1, lambda m: m(ids).logits), one)

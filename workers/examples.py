@@ -9,8 +9,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from core import subjects
+from core import registry, routing, subjects
 from core.scoring import join_probe
+from core.settings import Settings
 from core.training import Example
 from workers import contexts, weighting
 
@@ -165,3 +166,10 @@ def without_subject_answers(made: list[tuple[str, str]]) -> list[tuple[str, str]
     return [(prompt, answer) for prompt, answer in made
             if not any(subjects.words(answer) & subjects.words(other) for other, _ in made if other != prompt)]
 
+
+def unreachable(method: str, text: str, settings: Settings) -> Callable[[list[tuple[str, str]]], list[str]]:
+    """Which of a document's made probes could not reach it (for a per-document method, the framework's routing: a
+    probe must name the document's key); a whole-version method's reach every prompt."""
+    if not registry.get(method).per_document:
+        return lambda probes: []
+    return lambda probes: routing.unreachable(text, probes, settings.routing_threshold)

@@ -14,9 +14,10 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from core import registry
 from core.namespaces import reach
 from core.probes import GENERAL_TOKENS, ProbeSuites
+from core.routing.candidate import Candidate
 from core.scoring import Probe, greedy_continuations, score_probes
 from core.settings import Settings
-from core.state import KnowledgeState, LearnedFact, committed_neighbours, learned_facts, resolve
+from core.state import Knowledge, LearnedFact, committed_neighbours, learned_facts, resolve
 from core.training import UpdateMethod
 from core.versions import VersionStore
 from workers import saved_scores
@@ -31,6 +32,7 @@ class Held:
         self.settings, self.model, self.tokenizer, self.model_name = settings, model, tokenizer, model_name
         self.versions, self.suites = versions, suites
         self.methods: dict[str, UpdateMethod] = {}  # built on first use, all on the same model
+        self.candidate = Candidate(Knowledge().table, settings.routing_threshold)  # the loaded version's routing
         self.loaded: int | None = None  # the version the methods hold (None: none, or a candidate)
         self.scores: dict[Probe, float] = {}  # the probe scores of `scored`'s version as routed for its reach
         self.scored: tuple[int, Reach] | None = None
@@ -43,12 +45,17 @@ class Held:
             self.methods[name] = registry.get(name).trainer.build(self.model, self.tokenizer, self.settings)
         return self.methods[name]
 
-    def load_state(self, state: KnowledgeState) -> None:
-        """Every method's state as of one version (a method with state there is built first)."""
-        for name in state:
+    def per_document(self) -> dict[str, bool]:
+        """Each built method's kind: routed per document by the framework, or whole-version."""
+        return {name: registry.get(name).per_document for name in self.methods}
+
+    def load_state(self, state: Knowledge) -> None:
+        """Every method's state as of one version (a method with state there is built first), and its routing."""
+        for name in state.states:
             self.method(name)
         for name, method in self.methods.items():
             method.load(state.get(name))
+        self.candidate = Candidate(state.table, self.settings.routing_threshold)
 
     def forget_loaded(self) -> None:
         """The methods no longer hold a committed version: the next job loads its parent again."""
@@ -56,9 +63,10 @@ class Held:
         for method in self.methods.values():
             method.activate(None)
 
-    def hold(self, parent: int, namespace: str) -> bool:
-        """The suites made, `parent`'s state on every method as seen from `namespace`, and its saved scores as routed
-        there; True when none were saved (every probe a run does not defer is scored anew)."""
+    def hold(self, parent: int, namespace: str, per_document: bool = False) -> bool:
+        """The suites made, `parent`'s state on every method as seen from `namespace` (by a run of a per-document
+        method, or not), and its saved scores as routed there; True when none were saved (every probe a run does not
+        defer is scored anew)."""
         self._ensure_suites()
         if self.loaded != parent:
             self.load_state(resolve(self.versions, parent))
@@ -66,12 +74,13 @@ class Held:
         self.reach = reach(namespace)
         if self.scored != (parent, self.reach):  # scores of another version, or routed for other namespaces
             self.scored, self.scores = (parent, self.reach), self._read_scores(parent)
-        for each in self.methods.values():
-            each.view(namespace)
+        self.candidate.start(namespace, per_document)
         return not self.scores
 
     def committed(self, version: int, scores: dict[Probe, float]) -> None:
-        """The candidate was committed as `version`: the methods hold it, and its scores are `scores` (saved)."""
+        """The candidate was committed as `version`: the methods and the routing hold it, and its scores are `scores`
+        (saved)."""
+        self.candidate.committed(version)
         self.loaded, self.scores, self.scored = version, scores, (version, self.reach)
         self.write_scores(version)
 
@@ -79,7 +88,7 @@ class Held:
         """The NF suite and the general prompts' continuations, made on version 0 the first time."""
         if self.suites.nf_suite() is None or self.suites.general() is None:
             self.forget_loaded()
-            self.load_state({})
+            self.load_state(Knowledge())
             self.suites.ensure_nf_suite(self.model_name,
                                         lambda probes: score_probes(self.model, self.tokenizer, probes))
             self.suites.ensure_general(self.model_name, lambda prompts: greedy_continuations(

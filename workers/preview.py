@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 
-from core import registry
 from core.model.serving import ServingModel
 from core.settings import Settings
 from workers import examples
@@ -32,6 +31,5 @@ class AutoProbePreview:
                     return None
         phi, doc = self._phi, examples.encode(serving.tokenizer, text)
         weights = serving.run(0, lambda model: phi.weights(doc.ids))
-        spec, config = registry.get(method), self.settings.method_config(method)
-        return examples.checkable_auto_probes(
-            doc, weights, lambda probes: spec.unreachable(text, probes, config) if spec.unreachable else [])
+        return examples.checkable_auto_probes(doc, weights, examples.unreachable(method, text, self.settings))
+

@@ -81,7 +81,7 @@ class Weigher:
         if self.weighting("train_attention") != "train_attention":
             return None
         doc = examples.encode(self.tokenizer, record["text"])
-        method = self.method(record["method"])
+        self.method(record["method"])  # built before phi reads the text, as every job's method is
         made = examples.checkable_auto_probes(doc, self.phi().weights(doc.ids),
-                                              lambda probes: method.unreachable(record["text"], probes))
+                                              examples.unreachable(record["method"], record["text"], self.settings))
         return [Probe(prompt, answer, namespace_of(record)) for prompt, answer in made]

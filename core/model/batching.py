@@ -51,7 +51,7 @@ from core.model import batch_cache
 from core.model.generation import Answer, Generation, SamplingParams, eos_ids, sample_token, seeded
 from core.model.serving import Routes, ServingModel
 from core.served import ROUTED, Choice
-from core.state import KnowledgeState
+from core.state import Knowledge
 
 BUSY_GAP_S = 1.0  # a pause in decoding shorter than this still counts as decoding (Scheduler.busy)
 
@@ -110,7 +110,7 @@ class Scheduler:
         return len(self._waiting)
 
     def stream(self, prompt_ids: list[int], params: SamplingParams, version: int | None = None,
-               load: Callable[[], KnowledgeState] | None = None,
+               load: Callable[[], Knowledge] | None = None,
                on_retire: Callable[[], None] | None = None, choice: Choice = ROUTED,
                cancel: threading.Event | None = None) -> Iterator[str | Generation]:
         """As generation.stream, decoded in the batch: text pieces, then the Generation. Pins the version (the
@@ -130,7 +130,7 @@ class Scheduler:
             sequence.cancelled.set()
 
     def _submit(self, prompt_ids: list[int], params: SamplingParams, version: int | None,
-                load: Callable[[], KnowledgeState] | None, on_retire: Callable[[], None] | None,
+                load: Callable[[], Knowledge] | None, on_retire: Callable[[], None] | None,
                 choice: Choice, cancel: threading.Event) -> Sequence:
         started = time.perf_counter()
         pin = ExitStack()

@@ -10,7 +10,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from core.model.serving import ServingModel
-from core.state import KnowledgeState
+from core.state import Knowledge
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ def seeded(seed: int | None) -> torch.Generator | None:
 
 
 def stream(serving: ServingModel, prompt_ids: list[int], params: SamplingParams, version: int | None = None,
-           load: Callable[[], KnowledgeState] | None = None) -> Iterator[str | Generation]:
+           load: Callable[[], Knowledge] | None = None) -> Iterator[str | Generation]:
     """Decode one request alone, token by token: yields the answer's text in pieces as they become final, then
     the Generation. `version` pins a committed version (`load()` gives its state if the server does not hold
     it); None: the current one. A consumer that stops iterating stops the decoding at the next token. The API

@@ -20,9 +20,12 @@ from torch import nn
 
 from core import registry
 from core.model.loader import LoadedModel
+from core.routing import about, evidence, route
+from core.routing.table import by_method, extended
 from core.served import OFF, ROUTED, Choice, LoadDelta, ServedMethod
 from core.settings import Settings
-from core.state import KnowledgeState, resolve
+from core.state import Knowledge, resolve
+from core.subjects import words
 from core.versions import VersionStore
 
 T = TypeVar("T")
@@ -47,29 +50,32 @@ class ServingModel:
             raise RuntimeError("no update method is registered: import the `methods` package first")
         self.methods: dict[str, ServedMethod] = {spec.name: spec.served(self.model, settings)
                                                  for spec in registry.registered()}
+        self.per_document = {spec.name: spec.per_document for spec in registry.registered()}
+        self.threshold = settings.routing_threshold
         for method in self.methods.values():
             method.add(0, None)
-        self._states: dict[int, KnowledgeState] = {0: {}}  # per version held, what each method learned there
+        self._knowledge: dict[int, Knowledge] = {0: Knowledge()}  # per version held: its table and methods' states
         self._lock = threading.Lock()
         self._pins: Counter[int] = Counter()
         self._loaded: set[int] = {0}
         self.current = 0
 
-    def install(self, version: int, state: KnowledgeState | None) -> float:
+    def install(self, version: int, state: Knowledge | None) -> float:
         """Make `version` current. Version 0 (the base model) needs no state. Returns the seconds it held the
         lock: the pause it put between two decoding steps."""
         with self._lock:
             clock = time.perf_counter()
             if version not in self._loaded:
-                self._add(version, state or {})
+                self._add(version, state or Knowledge())
             self.current = version
             self._drop_unused()
             return time.perf_counter() - clock
 
-    def _add(self, version: int, state: KnowledgeState) -> None:
+    def _add(self, version: int, state: Knowledge) -> None:
         for name, method in self.methods.items():
             method.add(version, state.get(name))
-        self._states[version] = {name: state[name] for name in self.methods if state.get(name) is not None}
+        learned = {name: state.states[name] for name in self.methods if state.get(name) is not None}
+        self._knowledge[version] = Knowledge(state.table, learned)
         self._loaded.add(version)
 
     def _drop_unused(self) -> None:
@@ -78,21 +84,21 @@ class ServingModel:
                 for method in self.methods.values():
                     method.drop(version)
                 self._loaded.discard(version)
-                self._states.pop(version, None)
+                self._knowledge.pop(version, None)
 
-    def extended(self, manifest: dict[str, Any], load_delta: LoadDelta) -> KnowledgeState | None:
-        """The state of `manifest`'s version made from its parent's where the parent is held and its method can tell
-        how (ServedMethod.extend); None: compose it from the lineage."""
+    def extended(self, manifest: dict[str, Any], load_delta: LoadDelta) -> Knowledge | None:
+        """What `manifest`'s version holds, made from its parent's where the parent is held and both the table and the
+        manifest's method can tell how (ServedMethod.extend); None: compose it from the lineage."""
         with self._lock:
-            parent = self._states.get(manifest["parent"] or 0)
+            parent = self._knowledge.get(manifest["parent"] or 0)
         name = manifest["method"]
-        if parent is None or name not in self.methods:
+        if parent is None or name not in self.methods or (table := extended(parent.table, manifest)) is None:
             return None
         grown = self.methods[name].extend(parent.get(name), manifest, load_delta)
-        return None if grown is None else {**parent, name: grown}
+        return None if grown is None else Knowledge(table, {**parent.states, name: grown})
 
     @contextmanager
-    def pinned(self, version: int | None = None, load: Callable[[], KnowledgeState] | None = None) -> Iterator[int]:
+    def pinned(self, version: int | None = None, load: Callable[[], Knowledge] | None = None) -> Iterator[int]:
         """Hold a version for one request: the current one, or `version`, added with `load()` if not held (an
         older version asked for by name, loaded under the lock, so decoding waits for it; dropped again once
         no request pins it)."""
@@ -111,18 +117,19 @@ class ServingModel:
                 self._drop_unused()
 
     def routes(self, version: int, prompt: str, choice: Choice = ROUTED) -> Routes:
-        """Each method's route for a prompt, decided once and held for the whole request: routed within the choice's
-        namespaces, or only the knowledge it names (UnknownKnowledge if `version` holds nothing by one of its
-        names)."""
+        """Each method's route for a prompt, decided once and held for the whole request: the documents the prompt is
+        routed to within the choice's namespaces (core/routing/), or only the knowledge it names (UnknownKnowledge if
+        `version` holds nothing by one of its names: only documents can be named, so whole-version methods are OFF)."""
+        table = self._knowledge[version].table
         if not choice.named:
-            return {name: method.route(version, prompt, choice.namespaces) for name, method in self.methods.items()}
-        routes, found = {}, set()
-        for name, method in self.methods.items():
-            routes[name], named = method.select(version, choice)
-            found |= named
-        if missing := choice.names() - found:
+            return by_method(route(prompt, table.keys(choice.namespaces), self.threshold), table.method_of,
+                             self.per_document)
+        by_id = choice.documents & {taught.document_id for taught in table.documents}
+        by_subject, found = about(table.keys(choice.namespaces), choice.subjects)
+        if missing := choice.names() - found - by_id:
             raise UnknownKnowledge(missing)
-        return routes
+        chosen = tuple(t.document_id for t in table.documents if t.document_id in by_id | by_subject)
+        return by_method(chosen or None, table.method_of, self.per_document, off=True)
 
     def decide(self, version: int, prompt_ids: list[int],
                choice: Choice = ROUTED) -> tuple[Routes, list[dict[str, Any]]]:
@@ -133,11 +140,17 @@ class ServingModel:
         return routes, self.cite(version, prompt, routes)
 
     def cite(self, version: int, prompt: str, routes: Routes) -> list[dict[str, Any]]:
-        """The knowledge a request on `routes` uses: each method that learned something in `version` and is on says
-        what of it (a routed document, with its score, or a method's whole state)."""
-        learned = self._states.get(version, {})
-        return [entry for name, method in self.methods.items() if name in learned and routes.get(name) != OFF
-                for entry in method.cite(version, prompt, routes.get(name))]
+        """The knowledge a request on `routes` uses: each routed document, with its score and the key terms the prompt
+        named, and each whole-version method that learned something in `version` and is on."""
+        knowledge = self._knowledge.get(version, Knowledge())
+        keys, used = knowledge.table.keys(), []
+        for name in self.methods:
+            if self.per_document[name]:
+                used += [{"method": name, "document_id": document_id,
+                          **evidence(words(prompt), keys.key_of(document_id))} for document_id in routes.get(name) or ()]
+            elif name in knowledge.states and routes.get(name) != OFF:
+                used.append({"method": name, "document_id": None, "whole_version": True})
+        return used
 
     def run(self, version: int, fn: Callable[[nn.Module], T], routes: Routes | None = None,
             rows: list[Routes] | None = None) -> T:

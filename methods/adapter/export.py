@@ -9,19 +9,16 @@ from pathlib import Path
 from safetensors.torch import save_file
 
 from core import state
+from core.registry import NotExportable
 from core.versions import VersionStore
 from methods.adapter import layer as adapter
 
 WEIGHTS_FILE = "adapter_model.safetensors"  # PEFT's name; the keys are already PEFT's
 
 
-class NotExportable(ValueError):
-    pass
-
-
 def export_adapter(versions: VersionStore, version: int, out: Path, base_model: str) -> Path:
     """Write `version`'s adapter into `out`; `base_model` is what the adapter applies to (a path or hub id)."""
-    held = state.resolve(versions, version)
+    held = state.resolve(versions, version).states
     if others := sorted(set(held) - {"adapter"}):
         raise NotExportable(f"version {version} holds {', '.join(others)} knowledge: only versions taught with the "
                             "adapter method alone, or with the routed method alone, export")

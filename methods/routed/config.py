@@ -1,6 +1,5 @@
-"""The routed method's settings (CKL_ROUTED_*): one low-rank delta per document, used only for prompts whose
-words match the document's key (its subjects' names, its rare words) with at least `threshold` weight
-(routing.py)."""
+"""The routed method's settings (CKL_ROUTED_*): one low-rank delta per document, used only for prompts routed to it
+(core/routing/; the threshold is CKL_ROUTING_THRESHOLD)."""
 from __future__ import annotations
 
 from typing import Literal
@@ -12,7 +11,6 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class RoutedSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CKL_ROUTED_", extra="forbid")
 
-    threshold: float = Field(2.0, gt=0)
     rank: int = Field(4, gt=0)
     alpha: float = Field(8.0, gt=0)
     # A third of the size of every MLP projection of every layer, and as good on the tuning sets (docs/decisions.md:

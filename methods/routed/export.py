@@ -17,17 +17,18 @@ import torch
 from peft import LoraConfig
 from safetensors.torch import save_file
 
+from core import routing
+from core.registry import NotExportable
+from core.routing.table import Table, compose
 from core.versions import VersionStore
-from methods.adapter.export import WEIGHTS_FILE, NotExportable
-from methods.routed import routing
 from methods.routed.layer import layer_of
-from methods.routed.serving import RoutedState, compose
 from methods.routed.storage import unpack
 
 ROUTES_FILE = "routes.json"
+WEIGHTS_FILE = "adapter_model.safetensors"  # PEFT's name
 
 
-def subjects(state: RoutedState, threshold: float) -> list[tuple[str, ...]]:
+def subjects(state: Table, threshold: float) -> list[tuple[str, ...]]:
     """The documents grouped by subject, each group in teaching order, groups in the order of their first."""
     keys = state.keys()
     groups: dict[tuple[str, ...], None] = {}
@@ -59,7 +60,7 @@ def export_routed(versions: VersionStore, version: int, out: Path, base_model: s
     manifests = versions.lineage(version)
     if {m["method"] for m in manifests} != {"routed"}:
         raise NotExportable(f"version {version} does not hold routed knowledge alone")
-    state = compose(manifests, versions.load_delta)
+    state = compose(manifests)
     if not state.documents:
         raise NotExportable(f"version {version} holds no routed document: serve the base model itself")
     by_id = {m["documents"][0]: m for m in manifests if not m.get("removes")}

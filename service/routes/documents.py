@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 
-from core import erasure, registry
+from core import erasure, registry, routing
 from core.documents import IdempotencyConflict, UnknownDocument
 from core.forgetting import replacements
 from core.keys import Caller
@@ -142,17 +142,17 @@ def list_documents(runtime: RuntimeDep, caller: TeachCaller, offset: int = Query
 
 def refuse_at_post(runtime: Runtime, req: DocumentRequest, method: str, caller: Caller) -> None:
     """422 for what the worker would refuse anyway: a tenant's document for a method that cannot keep it to its
-    namespace, the method's own rule (for the routed method, a document no prompt could be routed to), a probe
+    namespace, a document of a per-document method that no prompt could be routed to (core/routing/), a probe
     that contradicts a must-keep probe (the gate keeps those), and a
     document id in `supersedes` the caller cannot see."""
     spec = registry.get(method)
-    if caller.namespace and not spec.routed:
-        routed = ", ".join(s.name for s in registry.registered() if s.routed and s.servable)
+    if caller.namespace and not spec.per_document:
+        per_document = ", ".join(s.name for s in registry.registered() if s.per_document and s.servable)
         raise field_error("method", "not_in_namespace",
-                          f"a key of namespace {caller.namespace!r} teaches with a routed method ({routed}): "
-                          f"{method}'s knowledge would answer every namespace's prompts")
+                          f"a key of namespace {caller.namespace!r} teaches with a per-document method "
+                          f"({per_document}): {method}'s knowledge would answer every namespace's prompts")
     probes = [(p.prompt, p.answer) for p in req.probes]
-    if spec.refusal and (reason := spec.refusal(req.text, probes, runtime.settings.method_config(method))):
+    if spec.per_document and (reason := routing.refusal(req.text, probes, runtime.settings.routing_threshold)):
         raise field_error("text", f"not_learnable_by_{method}", reason)
     for i, probe in enumerate(req.probes):
         for kept in runtime.suites.must_keep():

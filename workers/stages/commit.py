@@ -48,8 +48,10 @@ def commit(parts: Parts, run: Run, scores: Scores, probes: list[dict[str, str]],
     the announcement."""
     clock = time.perf_counter()
     spec = registry.get(run.method.name)
+    begun = parts.held.candidate.begun  # a per-document method's document: its routing key
     manifest = {"documents": [run.doc_id], "probes": probes, "method": spec.name, "metrics": metrics,
-                "namespace": namespace_of(run.record), **outcome, **run.method.manifest_fields()}
+                "namespace": namespace_of(run.record), **outcome, **({"key": begun.key} if begun else {}),
+                **run.method.manifest_fields()}
     faults.kill_point("before_commit")
     version = parts.versions.commit(run.parent, run.method.delta(), manifest, spec.delta_file)
     faults.kill_point("after_commit")

@@ -25,7 +25,7 @@ def add_neighbours(parts: Parts, run: Run, own: list[Probe]) -> None:
     checked = {p.prompt for p in run.suites["neighbours"] if p.namespace == namespace}
     subjects = familiar_subjects(run.record["text"], [(p.prompt, p.answer) for p in own])
     prompts = [Probe(prompt, "", namespace) for prompt in neighbour_prompts(subjects, [p.prompt for p in own])
-               if prompt not in checked and run.method.affected(prompt, namespace)]
+               if prompt not in checked and parts.held.candidate.affected(prompt, namespace)]
     made = [Probe(p.prompt, out.rstrip(), namespace)
             for p, out in parts.scorer.continuations(prompts, parts.settings.neighbour_tokens) if out.strip()]
     if made:
@@ -47,7 +47,7 @@ def score_deferred(parts: Parts, run: Run) -> None:
     clock = time.perf_counter()
     held = parts.held
     todo = unscored(run.suites, held.scores, True)
-    moved = run.method.affected_among({p.asked for p in todo})
+    moved = held.candidate.affected_among({p.asked for p in todo})
     scores = dict(held.scores)
     parts.scorer.score_into(scores, [p for p in todo if p.asked in moved], parent=True)
     run.before, held.scores = parts.scorer.score(run.suites, scores, unscored(run.suites, scores, True))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from core import registry
 from core.namespaces import SHARED, namespace_of
 from core.probes import from_json, to_json
 from core.scoring import Probe
@@ -52,7 +53,7 @@ def prepare(parts: Parts, parent: int, record: dict[str, Any], name: str, own: l
     # The document's namespace: it is gated on the prompts of the namespaces it can change answers in, routed as
     # they are asked there (a tenant's document cannot move, replace or erode another tenant's facts).
     namespace = namespace_of(record)
-    fresh = held.hold(parent, namespace)
+    fresh = held.hold(parent, namespace, registry.get(name).per_document)
     facts, neighbours = held.lineage(parent)
     replaced: list[LearnedFact] = []
     if learned is None:  # a document's run: the facts of its namespace it replaces leave the suite it is gated on
@@ -76,20 +77,22 @@ def prepare(parts: Parts, parent: int, record: dict[str, Any], name: str, own: l
     return run
 
 
-def begin(run: Run, own: list[Probe]) -> str | None:
-    """The candidate begun on the document (its key, for a routed method) and what it replaces retired; why it must be
-    rejected before any training (None: it may train)."""
+def begin(parts: Parts, run: Run, own: list[Probe]) -> str | None:
+    """The candidate begun on the document (for a per-document method, its routing key and a fresh state) and what it
+    replaces retired; why it must be rejected before any training (None: it may train)."""
     pairs = [(p.prompt, p.answer) for p in own]
-    text = run.record["text"]
+    text, candidate = run.record["text"], parts.held.candidate
+    if candidate.per_document:
+        candidate.begin(run.doc_id, run.method.name, text, pairs)
     run.method.begin(run.doc_id, text, pairs)
-    if reason := run.method.refusal():
+    if reason := candidate.refusal():
         return reason
-    if run.superseded and (retired := run.method.retire(run.superseded)):
+    if run.superseded and (retired := candidate.retire(run.superseded)):
         run.fields["retires"] = retired  # what those documents taught is no longer served
-    if unreachable := run.method.unreachable(text, pairs):
+    if unreachable := candidate.unreachable(text, pairs):
         return (f"{len(unreachable)} of the document's probes cannot reach what it teaches with method "
-                f"{run.method.name!r} (e.g. {unreachable[0]!r}): a routed document answers only prompts that name its "
-                "subject or its rare words")
+                f"{run.method.name!r} (e.g. {unreachable[0]!r}): a document of a per-document method answers only "
+                "prompts that name its subject or its rare words")
     return None
 
 

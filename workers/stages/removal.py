@@ -38,7 +38,7 @@ def remove(parts: Parts, parent: int, record: dict[str, Any]) -> Status:
     # The method's later versions whose documents still count (not removals, not removed ones).
     later = [m for m in counted if m["version"] > lineage[position]["version"] and m["method"] == name
              and not m.get("removes")]
-    earlier = resolve(versions, lineage[position]["parent"] or 0).get(name)
+    earlier = resolve(versions, lineage[position]["parent"] or 0)
     parts.held.forget_loaded()  # the methods' state changes now; a rejection must not leave it loaded
 
     def relearn() -> None:
@@ -49,7 +49,11 @@ def remove(parts: Parts, parent: int, record: dict[str, Any]) -> Status:
                 train(parts, Run(later_record, parent, run.method, run.suites, run.before),
                       parts.weigher.examples(later_record, own)[0], own, report_progress=False)
 
-    replayed = run.method.remove(lineage[position], later, versions.load_delta, earlier, relearn)
+    replayed = run.method.remove(lineage[position], later, versions.load_delta, earlier.get(name), relearn)
+    if parts.held.candidate.per_document:  # the framework no longer routes to it; what it retired is routed to again
+        retired = lineage[position].get("retires", [])
+        parts.held.candidate.remove(target["document_id"], [t for t in earlier.table.documents
+                                                            if t.document_id in retired])
     run.fields.update(removes=target["document_id"], replayed=replayed)
     # The target is marked (and erased) first, so a crash after the commit cannot let it be removed twice.
     # A removed document keeps its id and what happened (its status stays committed), not what it said

@@ -8,6 +8,7 @@ from collections.abc import Collection, Iterator
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from core.routing.table import by_method
 from core.scoring import Probe, greedy_continuations, score_probes
 from workers import gate
 from workers.held import Held
@@ -48,18 +49,23 @@ class Scorer:
             made += list(zip(group, outs))
         return made
 
+    def _routes(self, probe: Probe, parent: bool) -> tuple:
+        """Each held method's route for the probe (core/routing/), as the candidate routes it or as its parent does."""
+        candidate = self.held.candidate
+        documents = (candidate.parent_route if parent else candidate.route)(probe.prompt, probe.namespace)
+        return tuple(by_method(documents, candidate.method_of, self.held.per_document()).items())
+
     def _batches(self, probes: list[Probe], parent: bool = False) -> Iterator[list[Probe]]:
         """The probes in batches of one forward pass, each batch's routes on while the caller scores it: a method
         that routes per row (the routed one) gives each row its own route; other methods' routes split the batches.
-        None on after. A rest follows each batch's work. `parent`: routed as in the candidate's parent
-        (UpdateMethod.parent_route)."""
-        per_row = [m for m in self.held.methods.values() if m.per_row]
+        None on after. A rest follows each batch's work. `parent`: routed as in the candidate's parent."""
+        per_row = [name for name, m in self.held.methods.items() if m.per_row]
         for group in self.routed_groups(probes, rows_apart=True, parent=parent):
             for start in range(0, len(group), SCORE_BATCH):
                 batch = group[start:start + SCORE_BATCH]
-                for method in per_row:
-                    routing = method.parent_route if parent else method.route
-                    method.activate_rows([routing(p.prompt, p.namespace) for p in batch])
+                rows = [dict(self._routes(p, parent)) for p in batch]
+                for name in per_row:
+                    self.held.methods[name].activate_rows([row[name] for row in rows])
                 clock = time.perf_counter()
                 yield batch
                 self.rests.after_slice(time.perf_counter() - clock)
@@ -70,11 +76,10 @@ class Scorer:
         does not route per row), each group's routes on while the caller uses it; none after. `parent`: as in the
         candidate's parent."""
         methods = self.held.methods
-        splitting = {name: m for name, m in methods.items() if not (rows_apart and m.per_row)}
         groups: dict[tuple, list[Probe]] = {}
         for probe in dict.fromkeys(probes):
-            routes = tuple((name, (m.parent_route if parent else m.route)(probe.prompt, probe.namespace))
-                           for name, m in splitting.items())
+            routes = tuple((name, route) for name, route in self._routes(probe, parent)
+                           if not (rows_apart and methods[name].per_row))
             groups.setdefault(routes, []).append(probe)
         try:
             for routes, group in groups.items():

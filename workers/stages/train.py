@@ -27,6 +27,11 @@ def train(parts: Parts, run: Run, examples: list[Example], own: list[Probe], rep
           report_progress: bool = True, plan: gate.RetryPlan | None = None) -> None:
     """Train; the training's report goes on the run (`fields["training"]`, `timings["train_s"]`)."""
     parts.held.forget_loaded()  # from here the methods hold a candidate, not the parent
+    candidate = parts.held.candidate
+    if candidate.begun is not None and candidate.begun.document_id == run.doc_id:
+        # Trained (and its probes checked) beside the documents it shares a subject with: a prompt about the subject
+        # will have them all on. Only its own state is trained.
+        run.method.activate(tuple(d for d in candidate.training_route() if candidate.method_of(d) == run.method.name))
     steps = budget(parts.settings, examples, bool(own))
     optimizer = None
     if plan is not None:

@@ -45,7 +45,7 @@ def general_drift(parts: Parts, run: Run) -> dict[str, Any]:
     base = parts.suites.general() or {}
     parent = parts.versions.manifest(run.parent).get("metrics", {}) if run.parent else {"general_changed": []}
     before = parent.get("general_changed")
-    todo = [p for p in base if before is None or run.method.affected(p)]  # a version from before: all of them
+    todo = [p for p in base if before is None or parts.held.candidate.affected(p)]  # a version from before: all of them
     continuations = {p.prompt: out for p, out in parts.scorer.continuations([Probe(p, "") for p in todo],
                                                                            GENERAL_TOKENS)}
     changed = drifted(base, before or [], continuations)

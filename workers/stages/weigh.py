@@ -14,7 +14,7 @@ def may_move(parts: Parts, run: Run) -> set[tuple[str, str]]:
     What it may change is set once it has begun (a routed candidate's key), not by training, so weigh's answer
     serves the gate."""
     if run.moved is None:
-        run.moved = run.method.affected_among({p.asked for p in parts.held.scores})
+        run.moved = parts.held.candidate.affected_among({p.asked for p in parts.held.scores})
     return run.moved
 
 

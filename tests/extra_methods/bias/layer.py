@@ -2,9 +2,15 @@ import torch
 from torch import nn
 
 
-def add_bias(model: nn.Module) -> nn.Parameter:
-    """A zero bias added to the LM head's output (so version 0 is the base model exactly)."""
-    head = model.get_output_embeddings()
-    bias = nn.Parameter(torch.zeros(head.out_features))
-    head.register_forward_hook(lambda _m, _args, out: out + bias)
-    return bias
+class DocumentBias:
+    """A bias per document added to the LM head's output, the documents on summed (none on: the base model)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        head = model.get_output_embeddings()
+        self.size = head.out_features
+        self.biases: dict[str, torch.Tensor] = {}
+        self.active: tuple[str, ...] = ()
+        head.register_forward_hook(self._add)
+
+    def _add(self, _module: nn.Module, _args: tuple, out: torch.Tensor) -> torch.Tensor:
+        return out + sum(self.biases[d] for d in self.active) if self.active else out
