@@ -16,7 +16,7 @@ class RoutedSettings(BaseSettings):
     rank: int = Field(4, gt=0)
     alpha: float = Field(8.0, gt=0)
     # A third of the size of every MLP projection of every layer, and as good on the tuning sets (docs/decisions.md:
-    # "Routed deltas at scale").
+    # "Smaller routed deltas").
     targets: list[str] = Field(default_factory=lambda: ["up_proj", "down_proj"])
     # The decoder layers a new document's delta covers: "all", "odd", "even" or indices ("1,3,5"). Serving applies
     # whatever layers and MLP projections a delta holds.
