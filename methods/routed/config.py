@@ -34,5 +34,5 @@ class RoutedSettings(BaseSettings):
     # tokens hold too. 0: stop as soon as they pass.
     extra_steps: int = Field(4, ge=0)
     # Train-Attention's weights sit on this floor (a share of the largest weight): every token of the document is
-    # learned, phi's tokens most (docs/decisions.md: "The routed method's defaults").
+    # learned, phi's tokens most (docs/decisions.md: "The routed method's training defaults").
     weight_floor: float = Field(0.5, ge=0, le=1)
