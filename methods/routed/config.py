@@ -14,7 +14,7 @@ class RoutedSettings(BaseSettings):
     rank: int = Field(4, gt=0)
     alpha: float = Field(8.0, gt=0)
     # A third of the size of every MLP projection of every layer, and as good on the tuning sets (docs/decisions.md:
-    # "Routed deltas at scale").
+    # "Smaller routed deltas").
     targets: list[str] = Field(default_factory=lambda: ["up_proj", "down_proj"])
     # The decoder layers a new document's delta covers: "all", "odd", "even" or indices ("1,3,5"). Serving applies
     # whatever layers and MLP projections a delta holds.
@@ -32,5 +32,5 @@ class RoutedSettings(BaseSettings):
     # tokens hold too. 0: stop as soon as they pass.
     extra_steps: int = Field(4, ge=0)
     # Train-Attention's weights sit on this floor (a share of the largest weight): every token of the document is
-    # learned, phi's tokens most (docs/decisions.md: "The routed method's defaults").
+    # learned, phi's tokens most (docs/decisions.md: "The routed method's training defaults").
     weight_floor: float = Field(0.5, ge=0, le=1)

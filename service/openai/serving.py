@@ -41,7 +41,7 @@ PINNED = re.compile(r"^ckl-v(\d{1,10})$")  # longer numbers name no version (MAX
 COMPLETION_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions (chat defaults to the server's cap)
 MAX_STOPS = 8
 LISTED_VERSIONS = 100  # /v1/models lists the newest; a list of every version grows with every document
-# A model without a chat template gets this plain format (documented in the README).
+# A model without a chat template gets this plain format (documented in docs/api.md).
 PLAIN_CHAT = {"system": "System: {}\n", "user": "User: {}\n", "assistant": "Assistant: {}\n"}
 
 
