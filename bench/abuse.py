@@ -24,8 +24,8 @@ import psutil
 from bench.serve import PROMPTS, load, summary
 from bench.server import running_server
 from core.keys import KeyConfig, hash_key
-from core.model.batching import BUSY_GAP_S
-from workers.provenance import RESULTS_ROOT, git_commit
+from research.provenance import RESULTS_ROOT, git_commit
+from serving.batching import BUSY_GAP_S
 
 GOOD, VANISH, FLOOD = "good-client-key", "vanishing-client-key", "flood-client-key"  # one key each
 BODY_CAP = 1_048_576  # CKL_MAX_BODY_BYTES's default

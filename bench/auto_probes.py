@@ -14,8 +14,8 @@ import re
 from pathlib import Path
 
 from bench.teach import same_answer
+from research.lama_ckl import add_data_argument
 from workers import examples
-from workers.lama_ckl import add_data_argument
 
 SETS = [Path(__file__).with_name("facts.jsonl"), *sorted(Path(__file__).with_name("sets").glob("*.jsonl"))]
 TOKEN = re.compile(r"\w+|[^\w\s]")

@@ -15,14 +15,14 @@ import torch
 
 import methods  # noqa: F401  (registers every method folder: the served model is the server's)
 from bench.serve import PROMPTS
-from core.model.batching import Scheduler
-from core.model.generation import SamplingParams, generate
 from core.model.loader import load_model
-from core.model.serving import ServingModel
+from core.model.served_model import ServingModel
 from core.probes import shipped_pool
 from core.scoring import accuracy, score_probes
 from core.settings import Settings
-from workers.provenance import RESULTS_ROOT, git_commit
+from research.provenance import RESULTS_ROOT, git_commit
+from serving.batching import Scheduler
+from serving.generation import SamplingParams, generate
 
 
 def batched_tokens_per_s(serving: ServingModel, prompts: list[list[int]], params: SamplingParams) -> float:

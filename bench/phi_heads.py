@@ -30,13 +30,19 @@ from core.model.loader import LoadedModel, load_model
 from core.scoring import pad_batch
 from core.settings import Settings
 from methods.adapter.training import AdapterMethod
-from workers import lama_ckl, weighting
-from workers.provenance import RESULTS_ROOT, git_commit
-from workers.train_attention import folds, meta, phi
-from workers.train_attention.caches import alignments_cache_name, build_examples, cached_alignments, features_cache_name
-from workers.train_attention.config import TrainConfig
-from workers.train_attention.rows import DataRule, training_rows, variant_pool
-from workers.train_attention.step import new_head, phi_step
+from research import lama_ckl, weighting
+from research.provenance import RESULTS_ROOT, git_commit
+from research.train_attention import folds, meta
+from research.train_attention.caches import (
+    alignments_cache_name,
+    build_examples,
+    cached_alignments,
+    features_cache_name,
+)
+from research.train_attention.config import TrainConfig
+from research.train_attention.rows import DataRule, training_rows, variant_pool
+from research.train_attention.step import new_head, phi_step
+from workers.train_attention import phi
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from core.versions import VersionStore
 from methods.routed.layer import LoraShape, RoutedLora, pick_layers
 from methods.routed.serving import lora_shape
 from methods.routed.storage import pack, unpack
-from workers.provenance import RESULTS_ROOT, git_commit
+from research.provenance import RESULTS_ROOT, git_commit
 
 RELATIONS = [("The chief executive of {} is", "{} is run by its chief executive,"),
              ("The mayor of {} is", "The town of {} elected as its mayor"),

@@ -25,7 +25,7 @@ import httpx
 import torch
 
 from bench.server import running_server
-from workers.provenance import RESULTS_ROOT, git_commit
+from research.provenance import RESULTS_ROOT, git_commit
 
 FACTS = Path(__file__).with_name("facts.jsonl")
 # Short and long prompts, so sequences of different lengths share a batch.

@@ -22,7 +22,7 @@ from core.scoring import decoder_and_head
 from core.settings import Settings
 from core.training import Example
 from methods.adapter.training import AdapterMethod
-from workers import lama_ckl, weighting
+from research import lama_ckl, weighting
 from workers.train_attention.phi import TrainAttention, packaged_checkpoint
 
 

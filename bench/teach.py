@@ -33,9 +33,9 @@ from bench.retrieval import answers as retrieval_answers
 from bench.server import running_server
 from core.scoring import join_probe
 from core.subjects import words
+from research.lama_ckl import add_data_argument, read_invariant
+from research.provenance import RESULTS_ROOT, git_commit
 from service.client import wait_for_document
-from workers.lama_ckl import add_data_argument, read_invariant
-from workers.provenance import RESULTS_ROOT, git_commit
 
 FACTS = Path(__file__).with_name("facts.jsonl")
 GENERAL = Path(__file__).with_name("general_prompts.txt")

@@ -55,8 +55,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     from core import logs
-    from core.runtime import Runtime
     from service.app import create_app
+    from serving.runtime import Runtime
     from workers import job
     from workers.preview import AutoProbePreview
 
@@ -80,11 +80,9 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> None:
-    from core import logs
     from workers.job import run_worker
 
     settings = settings_from(args)
-    logs.configure(settings.log_format)
     if not settings.redis_url:
         sys.exit("ckl worker needs Redis: set CKL_REDIS_URL or pass --redis-url")
     print(f"ckl worker: loading the model, then taking jobs from {settings.redis_url}", flush=True)
@@ -103,10 +101,10 @@ def cmd_generate(args: argparse.Namespace) -> None:
             sys.exit(str(refused))
     else:
         import methods  # noqa: F401  (registers every method folder)
-        from core.model.generation import SamplingParams, generate
         from core.model.loader import load_model
-        from core.model.serving import ServingModel, install_committed
+        from core.model.served_model import ServingModel, install_committed
         from core.versions import VersionStore
+        from serving.generation import SamplingParams, generate
 
         settings = settings_from(args)
         print("loading the model...", file=sys.stderr, flush=True)
@@ -191,7 +189,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
 
 
 def cmd_weights(args: argparse.Namespace) -> None:
-    from workers.train_attention import show
+    from research.train_attention import show
 
     show.main(args, settings_from(args))
 
@@ -339,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["train-attention"]:  # its own parser, flags and --help included
-        from workers.train_attention import cli
+        from research.train_attention import cli
 
         return cli.main(argv[1:])
     args = build_parser().parse_args(argv)

@@ -56,7 +56,7 @@ class Settings(BaseSettings):
     allowed_hosts: list[str] = Field(default_factory=list)
     max_body_bytes: int = Field(1_048_576, gt=0)
     # Admission: past these, 429 with Retry-After.
-    max_concurrent_generations: int = Field(16, gt=0)  # decoded together (core/model/batching.py)
+    max_concurrent_generations: int = Field(16, gt=0)  # decoded together (serving/batching.py)
     max_waiting_generations: int = Field(64, ge=0)  # admitted, waiting for one of those rows
     max_queued_documents: int = Field(1000, gt=0)  # queued or training, all keys together
     max_queued_per_key: int = Field(100, gt=0)
@@ -125,7 +125,7 @@ class Settings(BaseSettings):
     # The share of the learned facts that pass in the parent which a candidate may lose (a fact leaves the
     # learned suite only when a later document replaces it or its document is removed).
     learned_tolerance: float = Field(0.0, ge=0, le=1)
-    # The share of neighbour prompts (a known subject's other facts: core/neighbours.py) a candidate may change, and
+    # The share of neighbour prompts (a known subject's other facts: workers/neighbours.py) a candidate may change, and
     # how many tokens of each one's continuation are kept.
     neighbour_tolerance: float = Field(0.0, ge=0, le=1)
     neighbour_tokens: int = Field(8, ge=0)  # 0: no neighbour prompts

@@ -107,7 +107,7 @@ def learned_facts(versions: VersionStore, version: int,
 
 def committed_neighbours(versions: VersionStore, version: int,
                          namespaces: frozenset[str] | None = None) -> list[Probe]:
-    """The neighbour prompts the lineage recorded (core/neighbours.py), less those of removed documents and those a
+    """The neighbour prompts the lineage recorded (workers/neighbours.py), less those of removed documents and those a
     later document's probe asks (what it teaches there is no longer the continuation to keep); those of documents
     in `namespaces` (None: all)."""
     kept: dict[int, Probe] = {}  # in the order recorded, each in its document's namespace

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from core.memory import give_back
+from core.heap import give_back
 from core.scoring import next_token_nll, pad_batch
 from core.served import LoadDelta
 from core.settings import Settings

@@ -14,7 +14,6 @@ from fastapi.responses import Response
 
 import methods  # noqa: F401  (registers every method folder)
 from core.keys import LOOPBACK_HOSTS, is_loopback
-from core.runtime import Runtime
 from core.settings import Settings
 from service.errors import install_error_handlers
 from service.generations import GenerationService
@@ -22,6 +21,7 @@ from service.metrics import Metrics
 from service.middleware import RequestGuard
 from service.openai.routes import router as openai_router
 from service.routes import console, docs, documents, generate, health, metrics, probes, versions
+from serving.runtime import Runtime
 
 THREADS_FOR_OTHER_ROUTES = 16
 ROUTERS = (health.router, generate.router, documents.router, probes.router, versions.router, metrics.router,

@@ -9,9 +9,9 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from core.runtime import Runtime
 from service.generations import GenerationService
 from service.metrics import Metrics
+from serving.runtime import Runtime
 
 
 async def get_runtime(request: Request) -> Runtime:

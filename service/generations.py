@@ -10,17 +10,17 @@ from typing import Any, Literal
 
 from core.documents import UnknownDocument
 from core.keys import Caller
-from core.model.batching import Scheduler
-from core.model.generation import Generation, SamplingParams
-from core.model.serving import ServingModel, UnknownKnowledge
+from core.model.served_model import ServingModel, UnknownKnowledge
 from core.namespaces import namespace_of
-from core.runtime import Runtime
 from core.served import Choice
 from core.state import Knowledge as VersionKnowledge
 from core.state import resolve, restored_by
 from service.errors import ApiError, busy, field_error
 from service.metrics import Metrics
 from service.schemas import DOCUMENT_NAME, Knowledge
+from serving.batching import Scheduler
+from serving.generation import Generation, SamplingParams
+from serving.runtime import Runtime
 
 # What a request asks to answer with: "auto" (the prompt's routes), "off" (the base model), or documents by id and
 # subjects by name (service/schemas.py: KnowledgeChoice).

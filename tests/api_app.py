@@ -8,9 +8,9 @@ from contextlib import contextmanager
 from fastapi.testclient import TestClient
 
 from core.lifecycle import FINAL
-from core.runtime import Runtime
 from core.settings import Settings
 from service.app import create_app
+from serving.runtime import Runtime
 from tests.tiny import tiny_loaded
 from workers.learner import Learner
 from workers.preview import AutoProbePreview

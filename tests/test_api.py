@@ -51,7 +51,7 @@ def sampled_here(plain_model, prompt: str, tokens: int, temperature: float, top_
 
     import torch
 
-    from core.model.generation import eos_ids, sample_token, seeded
+    from serving.generation import eos_ids, sample_token, seeded
 
     model, tokenizer = plain_model
     stops = eos_ids(SimpleNamespace(model=model, tokenizer=tokenizer))  # the server's end-of-sequence tokens

@@ -168,8 +168,8 @@ def test_queued_documents_and_must_keep_probes_are_capped(tmp_path):
 
     from fastapi.testclient import TestClient
 
-    from core.runtime import Runtime
     from service.app import create_app
+    from serving.runtime import Runtime
     from tests.tiny import tiny_loaded
 
     release = threading.Event()

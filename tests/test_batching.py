@@ -8,15 +8,15 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from core.model.batching import Scheduler
-from core.model.generation import Generation, SamplingParams, generate, stream
-from core.model.serving import ServingModel
+from core.model.served_model import ServingModel
 from core.routing.table import Table, Taught
 from core.state import Knowledge
 from methods.routed.serving import Deltas
 from service.errors import ApiError
 from service.generations import GenerationService
 from service.metrics import Metrics
+from serving.batching import Scheduler
+from serving.generation import Generation, SamplingParams, generate, stream
 from tests.test_serving import SETTINGS, random_adapter
 
 WINDOW = 16  # the tiny model's sliding window (tests/tiny.py)

@@ -10,12 +10,13 @@ import pytest
 
 from bench.lama_ckl import phis, run
 from core.scoring import Probe
+from research import lama_ckl
+from research.train_attention import cli as train_cli
+from research.train_attention import folds, training
+from research.train_attention.config import TrainConfig
+from research.train_attention.rows import DataRule, select_variant, uuids_digest, variant_pool
 from tests.tiny import tiny_loaded
-from workers import lama_ckl
-from workers.train_attention import cli as train_cli
-from workers.train_attention import folds, phi, training
-from workers.train_attention.config import TrainConfig
-from workers.train_attention.rows import DataRule, select_variant, uuids_digest, variant_pool
+from workers.train_attention import phi
 
 TINY = TrainConfig(steps=2, batch=2, val=2, val_outer=1, validate_every=1, checkpoint_every=1, max_tokens=32)
 SUBJECTS = ["france", "germany", "italy", "veltoria", "marnhold", "tower"]

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from peft import PeftModel
 
 from core import routing
-from core.model.serving import ServingModel, install_committed
+from core.model.served_model import ServingModel, install_committed
 from core.registry import NotExportable
 from methods.adapter.export import export_adapter
 from methods.routed.export import export_routed

@@ -8,7 +8,7 @@ import torch
 from bench.lama_ckl import cli, report, rho1, run
 from core.probes import lama_probe
 from core.scoring import Probe, score_probes
-from workers import lama_ckl
+from research import lama_ckl
 
 
 def row(uuid: str, sentence: str, obj: str, evidence: str) -> dict:

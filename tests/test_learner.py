@@ -170,7 +170,7 @@ def test_the_embedded_learner_learns_on_the_served_weights_and_leaves_them_as_th
     attaches its layers to the learner's modules and trains; the served model's version 0 stays bit-identical."""
     import torch
 
-    from core.runtime import Runtime
+    from serving.runtime import Runtime
     from workers import job
 
     settings = tiny_settings(tmp_path)
@@ -199,7 +199,7 @@ def test_a_thread_that_sets_its_threads_and_priority_leaves_the_others_theirs():
 
     import torch
 
-    from core.threads import idle_priority_here, threads_here
+    from workers.threads import idle_priority_here, threads_here
 
     seen: dict[str, object] = {}
 

@@ -64,7 +64,7 @@ def test_embedded_mode_learns_swaps_rolls_back_and_restarts(start_server):
     assert record["version"] == 1 and record["scores"]["own_after"] == [1.0]
     assert record["scores"]["before"]["nf_acc"] == 1.0 and record["gate"]["accepted"]
     assert any("Marn" in t["token"] for t in record["top_weighted_tokens"])
-    # The learner's thread, and it alone, computes at idle priority (core/threads.py): policy 5, SCHED_IDLE. No
+    # The learner's thread, and it alone, computes at idle priority (workers/threads.py): policy 5, SCHED_IDLE. No
     # thread it started (a pool the server's threads share) has it.
     tasks = Path(f"/proc/{server.popen.pid}/task")
     policies = [int((task / "stat").read_text().rsplit(")", 1)[1].split()[38]) for task in tasks.iterdir()]

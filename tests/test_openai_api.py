@@ -77,10 +77,10 @@ def test_generate_streams_pieces_then_usage_and_version(served):
 
 
 def test_a_generation_closed_unfinished_frees_its_slot(tmp_path):
-    from core.model.generation import SamplingParams
     from service.errors import ApiError
     from service.generations import GenerationService
     from service.metrics import Metrics
+    from serving.generation import SamplingParams
 
     with tiny_client(tiny_settings(tmp_path, max_concurrent_generations=1, max_waiting_generations=0)) as client:
         runtime = client.app.state.runtime

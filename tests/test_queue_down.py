@@ -49,7 +49,7 @@ def test_a_record_written_but_never_queued_gets_its_job_when_the_api_starts(tmp_
     """The state a crash between the write and the enqueue leaves: a queued record without a job. The API queues it
     on start (a real Redis; no worker runs, so the job waits there)."""
     from core.documents import DocumentStore
-    from core.runtime import UNQUEUED_AFTER_S, Runtime
+    from serving.runtime import UNQUEUED_AFTER_S, Runtime
     from workers.job import learn_document
 
     documents = DocumentStore(tmp_path)

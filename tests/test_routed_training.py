@@ -256,8 +256,8 @@ def test_int8_storage_keeps_each_rank_component_within_half_a_step_and_a_quarter
 def test_a_version_made_from_its_held_parent_serves_as_one_composed_from_its_lineage(tmp_path, monkeypatch):
     """install_committed makes a routed version whose parent the server holds from the parent's state
     (ServedMethod.extend), without reading the lineage: it routes and answers as a server that composed it."""
-    from core.model import serving as serving_module
-    from core.model.serving import ServingModel, install_committed
+    from core.model import served_model as serving_module
+    from core.model.served_model import ServingModel, install_committed
     from tests.api_app import tiny_settings
     from tests.test_learner import FACT, submit
     from tests.tiny import tiny_loaded

@@ -7,8 +7,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from core import routing
-from core.model.generation import SamplingParams, generate
 from core.routing.table import Table, Taught
+from serving.generation import SamplingParams, generate
 from tests.api_app import tiny_client, tiny_settings, wait_final, wait_version
 from tests.tiny import tiny_loaded
 

@@ -3,12 +3,12 @@ import threading
 
 import torch
 
-from core.model.generation import SamplingParams, cut_at_stop, generate, sample_token
-from core.model.serving import ServingModel
+from core.model.served_model import ServingModel
 from core.settings import Settings
 from core.state import Knowledge
 from methods.adapter import layer as adapter
 from methods.memory import layer as memory_layer
+from serving.generation import SamplingParams, cut_at_stop, generate, sample_token
 
 SETTINGS = Settings(method_settings={"adapter": {"rank": 4, "alpha": 8}})
 

@@ -2,8 +2,8 @@
 earlier fact (detected or named), a replaced answer does not come back, and a prompt naming two subjects uses both."""
 from __future__ import annotations
 
-from core import neighbours
 from tests.api_app import tiny_client, tiny_settings, wait_final, wait_version
+from workers import neighbours
 
 FAST = {"routed": {"learning_rate": 3e-2}}
 

@@ -6,8 +6,9 @@ import torch
 from bench import phi_transfer
 from core.settings import Settings
 from methods.adapter.training import AdapterMethod
+from research.train_attention import meta, show
 from workers import weighting
-from workers.train_attention import meta, phi, show
+from workers.train_attention import phi
 
 FACT = "the capital of veltoria is marnhold"
 TASK = ("capital of veltoria is", "marnhold")
@@ -230,7 +231,7 @@ def test_thresholded_weights_drop_small_ones():
 
 
 def test_balanced_pairs_count_each_relation_and_answer_once():
-    from workers.train_attention.rows import balance_weights
+    from research.train_attention.rows import balance_weights
 
     weights = balance_weights([("continent", "Antarctica")] * 3 + [("capital", "Paris"), ("continent", "Asia")])
     assert weights == pytest.approx([5 / 9] * 3 + [5 / 3, 5 / 3])  # three groups of equal total, mean 1
@@ -277,7 +278,7 @@ def real_phi(real_model_dir):
 def test_packaged_phi_weighs_object_tokens_above_the_rest(lama_dir, real_phi):
     """On 32 of its training pairs, the mean weight on the object's tokens is at least 3x that on the
     other tokens (an untrained phi scores 1.0; the checkpoint's own validation number is in its json)."""
-    from workers import lama_ckl
+    from research import lama_ckl
 
     loaded, ta = real_phi
     uuids = set(ta.meta["data"]["train_uuids"][:32])

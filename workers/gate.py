@@ -22,7 +22,7 @@ class SuiteScores:
     learned: list[float | None]
     must_keep: list[float]
     own: list[float]
-    neighbours: list[float | None] = field(default_factory=list)  # a known subject's other prompts (core/neighbours.py)
+    neighbours: list[float | None] = field(default_factory=list)  # a known subject's other prompts (workers/neighbours.py)
 
     def summary(self) -> dict[str, float | int | None]:
         summary: dict[str, float | int | None] = {

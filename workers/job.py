@@ -6,14 +6,15 @@ import logging
 import threading
 from collections.abc import Callable
 
+from core import logs
 from core.documents import DocumentStore
 from core.lifecycle import FINAL, Status, after_failed_attempt
 from core.model.loader import LoadedModel
 from core.queue import VERSION_CHANNEL, RQQueue
 from core.settings import Settings
-from core.threads import idle_priority_here, threads_here
 from core.versions import VersionStore
 from workers.learner import Learner
+from workers.threads import idle_priority_here, threads_here
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def process_learner() -> Learner:
 
 def _beside_the_decoder(settings: Settings) -> None:
     """Where the API of this process decodes on the same cores, the calling thread computes on fewer threads and at
-    idle priority (core/threads.py); set before the learner computes."""
+    idle priority (workers/threads.py); set before the learner computes."""
     if _busy is not None:
         if settings.embedded_learner_threads:
             threads_here(settings.embedded_learner_threads)
@@ -109,6 +110,7 @@ def run_worker(settings: Settings, burst: bool = False) -> None:
     RQ's default Worker forks a child per job, which would load the model again for every document;
     SimpleWorker runs jobs in the worker process itself, so the model stays loaded.
     """
+    logs.configure(settings.log_format)
     from rq import SimpleWorker
     from rq.serializers import JSONSerializer
 

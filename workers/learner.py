@@ -17,8 +17,8 @@ from filelock import FileLock
 import methods  # noqa: F401  (registers every method folder)
 from core import erasure
 from core.documents import DocumentStore
+from core.heap import map_large_blocks
 from core.lifecycle import FINAL, Status, after_failed_attempt
-from core.memory import map_large_blocks
 from core.model.loader import LoadedModel, load_model
 from core.probes import ProbeSuites, to_json
 from core.settings import Settings

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from core.model.serving import ServingModel
+from core.model.served_model import ServingModel
 from core.settings import Settings
 from workers import examples
 from workers.train_attention.phi import PhiMismatch, TrainAttention, checkpoint_for

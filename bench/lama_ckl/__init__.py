@@ -2,7 +2,7 @@
 
 1. Tailoring: score the base model on every row's `task_descriptive` probe (teacher-forced accuracy
    of the object tokens at the object's last occurrence). TO-LEARN = variant_dev rows scored 0,
-   NF = invariant rows scored 1. Scores are cached per model and data file (workers/lama_ckl.py).
+   NF = invariant rows scored 1. Scores are cached per model and data file (research/lama_ckl.py).
 2. For each method: epoch -1 is the untouched model; each epoch trains once over the TO-LEARN
    evidence in batches, then scores TO-LEARN and NF probes (run.py).
 3. Top Acc = best TO-LEARN accuracy over epochs, Epoch = where, NF Acc = NF accuracy there,

@@ -9,9 +9,9 @@ from bench.lama_ckl.phis import CrossFit, as_is
 from bench.lama_ckl.report import markdown, write_outputs
 from bench.lama_ckl.run import METHODS, Config, run_benchmark
 from core.settings import Settings
-from workers.lama_ckl import add_data_argument, data_files, data_folder, read_pools, tailoring_cache
-from workers.provenance import RESULTS_ROOT
-from workers.train_attention.folds import SPLITS
+from research.lama_ckl import add_data_argument, data_files, data_folder, read_pools, tailoring_cache
+from research.provenance import RESULTS_ROOT
+from research.train_attention.folds import SPLITS
 
 PRESETS = {
     "quick": {"to_learn": 48, "nf": 48, "epochs": 4, "methods": ["finetune", "oracle"]},

@@ -18,11 +18,12 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from core.model.loader import LoadedModel
-from workers.lama_ckl import Row, data_files, file_digest
-from workers.train_attention import folds, phi
-from workers.train_attention.config import TrainConfig
-from workers.train_attention.rows import DataRule, variant_pool
-from workers.train_attention.training import train_and_save
+from research.lama_ckl import Row, data_files, file_digest
+from research.train_attention import folds
+from research.train_attention.config import TrainConfig
+from research.train_attention.rows import DataRule, variant_pool
+from research.train_attention.training import train_and_save
+from workers.train_attention import phi
 
 # The settings of phis written before the head and its layers were training settings.
 OLD_HEAD = {"head": "mlp", "trunk_layers": 3}

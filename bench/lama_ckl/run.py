@@ -25,9 +25,9 @@ from core.settings import Settings
 from core.training import Example, UpdateMethod
 from methods.adapter.training import AdapterMethod
 from methods.memory.training import MemoryMethod, hubs
+from research.lama_ckl import Row, split, tailor_scores
+from research.provenance import git_commit
 from workers import examples
-from workers.lama_ckl import Row, split, tailor_scores
-from workers.provenance import git_commit
 from workers.train_attention.phi import TrainAttention, packaged_checkpoint
 
 # The trainers a method can use: the service's two, and full fine-tuning, which it does not offer.

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends
 
 from service.auth import GenerateCaller, needs
 from service.dependencies import GenerationsDep, RuntimeDep
-from service.openai import serving
+from service.openai import answers
 from service.openai.protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -25,21 +25,21 @@ STREAMED = {200: {"content": {"text/event-stream": {}}}}
 
 def respond(answer: Any) -> Any:
     """A whole answer as it is; chunks as events ending with OpenAI's terminator."""
-    if isinstance(answer, serving.Chunks):
+    if isinstance(answer, answers.Chunks):
         return event_stream(answer.events, answer.generation, done_marker=True)
     return answer
 
 
 @router.post("/completions", response_model=CompletionResponse, responses=STREAMED)
 def completions(req: CompletionRequest, generations: GenerationsDep, caller: GenerateCaller) -> Any:
-    return respond(serving.completion(generations, req, caller))
+    return respond(answers.completion(generations, req, caller))
 
 
 @router.post("/chat/completions", response_model=ChatCompletionResponse, responses=STREAMED)
 def chat_completions(req: ChatCompletionRequest, generations: GenerationsDep, caller: GenerateCaller) -> Any:
-    return respond(serving.chat(generations, req, caller))
+    return respond(answers.chat(generations, req, caller))
 
 
 @router.get("/models", dependencies=[Depends(needs("generate"))])
 def models(runtime: RuntimeDep) -> ModelList:
-    return serving.models(runtime.versions)
+    return answers.models(runtime.versions)

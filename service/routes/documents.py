@@ -13,11 +13,9 @@ from fastapi.responses import JSONResponse
 
 from core import erasure, registry, routing
 from core.documents import IdempotencyConflict, UnknownDocument
-from core.forgetting import replacements
 from core.keys import Caller
 from core.lifecycle import Status
 from core.namespaces import SHARED, namespace_of
-from core.runtime import Runtime
 from core.state import same_prompt
 from core.versions import UnknownVersion
 from service.auth import needs
@@ -33,6 +31,8 @@ from service.schemas import (
     DocumentRequest,
     MadeProbe,
 )
+from serving.forgetting import replacements
+from serving.runtime import Runtime
 
 router = APIRouter()
 TeachCaller = Annotated[Caller, Depends(needs("teach"))]  # each route's access rule: the key that asks

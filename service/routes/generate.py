@@ -6,12 +6,12 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from core.model.generation import Generation, SamplingParams
 from service.auth import GenerateCaller
 from service.dependencies import GenerationsDep
 from service.generations import citation
 from service.schemas import GenerateRequest, GenerateResponse, KnowledgeChoice
 from service.sse import event_stream
+from serving.generation import Generation, SamplingParams
 
 router = APIRouter()
 

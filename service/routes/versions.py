@@ -7,7 +7,6 @@ from typing import Any
 from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
-from core import forgetting
 from core.state import restored_by
 from core.versions import UnknownVersion
 from service.auth import needs
@@ -15,6 +14,7 @@ from service.charts import forgetting_png
 from service.dependencies import RuntimeDep
 from service.errors import ApiError
 from service.schemas import ActivateRequest
+from serving import forgetting
 
 router = APIRouter(dependencies=[Depends(needs("admin"))])
 

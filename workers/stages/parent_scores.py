@@ -5,16 +5,16 @@ from __future__ import annotations
 import time
 
 from core.namespaces import namespace_of
-from core.neighbours import familiar_subjects, neighbour_prompts
 from core.probes import to_json
 from core.scoring import Probe
+from workers.neighbours import familiar_subjects, neighbour_prompts
 from workers.run import Run
 from workers.stages.parts import Parts
 from workers.stages.scoring import unscored
 
 
 def add_neighbours(parts: Parts, run: Run, own: list[Probe]) -> None:
-    """The neighbour prompts of the document's known subjects (core/neighbours.py) that the candidate can move and the
+    """The neighbour prompts of the document's known subjects (workers/neighbours.py) that the candidate can move and the
     lineage does not check yet, each with the continuation the parent serves (the candidate's fresh delta adds nothing
     yet), into the suite the gate keeps. A routed document moves only prompts that name its subject with what it is
     asked about, so most have none."""

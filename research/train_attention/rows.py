@@ -4,7 +4,7 @@ Always the invariant rows (invariant_descriptive + invariant_schematic) that the
 (tailoring score 0, the benchmark's own cached scores), never the invariant rows it gets right (the
 NOT-TO-FORGET pool). `paper` (the default, the paper's protocol) stops there; `with-variant` adds the rows
 of variant_dev (the TO-LEARN pool's file): all of them (the packaged phi), or all but one of `--folds` folds
-(`--hold-out`, `--split uuid|group`, `--fold-seed`: workers/train_attention/folds.py), so that LAMA-ckl can weigh
+(`--hold-out`, `--split uuid|group`, `--fold-seed`: research/train_attention/folds.py), so that LAMA-ckl can weigh
 each TO-LEARN row with a phi that never saw it. One pair per uuid (the two invariant files share rows); the
 invariant pairs are sorted by uuid and shuffled with the seed; the first `--val` of them are held out for
 validation, the rest and the variant pairs train. The checkpoint's json records the data files' sha256, the
@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from core.model.loader import LoadedModel
-from workers import lama_ckl
-from workers.train_attention import folds
-from workers.train_attention.config import TrainConfig
+from research import lama_ckl
+from research.train_attention import folds
+from research.train_attention.config import TrainConfig
 
 RULES = ("paper", "with-variant")
 INVARIANT_RULE = "invariant rows the base model scores 0 on (teacher-forced task_descriptive), one per uuid"

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from core import registry
 from core.documents import DocumentStore
 from core.model.loader import LoadedModel, load_model, sharing_weights
-from core.model.serving import ServingModel, install_committed
+from core.model.served_model import ServingModel, install_committed
 from core.probes import GENERAL_TOKENS, ProbeSuites
 from core.queue import VERSION_CHANNEL, InProcessQueue, JobFunction, JobQueue, RQQueue, job_id_for
 from core.scoring import greedy_continuations, score_probes

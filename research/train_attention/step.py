@@ -1,10 +1,10 @@
 """phi's meta step: one optimizer step of the head on a batch of (evidence, task) pairs.
 
 Per step, over a batch of pairs: weigh the document with phi and move phi towards what it learns
-(`--variant`, workers/train_attention/meta.py): `answer`, the task's answer tokens in the document;
+(`--variant`, research/train_attention/meta.py): `answer`, the task's answer tokens in the document;
 `first-order`, each token's usefulness; `exact`, the meta-gradient of the task's loss after one SGD
 step of a fresh adapter (LoRA on the frozen base model) on the weighted loss. Shared by `ckl
-train-attention` (workers/train_attention/training.py) and `ckl bench phi-heads`.
+train-attention` (research/train_attention/training.py) and `ckl bench phi-heads`.
 """
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import random
 
 import torch
 
-from workers.train_attention import meta, phi
-from workers.train_attention.caches import MetaExample
-from workers.train_attention.config import TrainConfig
+from research.train_attention import meta
+from research.train_attention.caches import MetaExample
+from research.train_attention.config import TrainConfig
+from workers.train_attention import phi
 
 
 def batch_at(step: int, n_examples: int, train_config: TrainConfig) -> list[int]:

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.keys import Caller
-from core.model.generation import Generation, SamplingParams
 from core.state import restoring
 from core.versions import VersionStore
 from service.errors import ApiError, field_error
@@ -36,6 +35,7 @@ from service.openai.protocol import (
     OpenAIRequest,
     UsageInfo,
 )
+from serving.generation import Generation, SamplingParams
 
 PINNED = re.compile(r"^ckl-v(\d{1,10})$")  # longer numbers name no version (MAX_VERSION)
 COMPLETION_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions (chat defaults to the server's cap)

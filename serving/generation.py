@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from core.model.serving import ServingModel
+from core.model.served_model import ServingModel
 from core.state import Knowledge
 
 
@@ -71,7 +71,7 @@ def held_back(text: str, stop: tuple[str, ...]) -> int:
 
 class Answer:
     """One answer's text as its tokens are sampled: end of sequence, stop strings, max_new_tokens, and how much
-    of the text is final (may be sent). Both decoding loops (`stream` below, core/model/batching.py) use it,
+    of the text is final (may be sent). Both decoding loops (`stream` below, serving/batching.py) use it,
     so a batched answer is cut and streamed exactly as a lone one."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, params: SamplingParams, stops: set[int]) -> None:
@@ -128,7 +128,7 @@ def stream(serving: ServingModel, prompt_ids: list[int], params: SamplingParams,
     """Decode one request alone, token by token: yields the answer's text in pieces as they become final, then
     the Generation. `version` pins a committed version (`load()` gives its state if the server does not hold
     it); None: the current one. A consumer that stops iterating stops the decoding at the next token. The API
-    decodes through the batch scheduler (core/model/batching.py); this loop serves `ckl generate` and is
+    decodes through the batch scheduler (serving/batching.py); this loop serves `ckl generate` and is
     the reference the batched answers are tested against."""
     started = time.perf_counter()
     generator = seeded(params.seed)

@@ -5,7 +5,7 @@ waiting ones up to the running cap (the prompts admitted together that may share
 in one, left-padded; a prompt admitted alone is prefilled alone, so its first token is the one a lone request
 gets), and then runs one forward pass per group for all of that group's sequences. Each sequence
 keeps its own sampling parameters and seeded generator, stop strings, max_new_tokens and finish reason
-(core/model/generation.py: Answer), and leaves its group as soon as it is complete.
+(serving/generation.py: Answer), and leaves its group as soon as it is complete.
 
 Groups. Most methods set the model's state for a whole forward pass (`use(version, route)`: the active adapter,
 the memory rows written), so only sequences pinned to the same knowledge version with the same routes can share
@@ -15,7 +15,7 @@ Punica do on a GPU), so its routes are left out of the key: prompts routed to di
 share one forward pass of the base model.
 
 Cache. A group holds one batched KV cache, left-padded, with a 2D attention mask and per-row position ids
-(core/model/batch_cache.py). A sequence joining a group is padded on the left to the group's length, or
+(serving/batch_cache.py). A sequence joining a group is padded on the left to the group's length, or
 the group to the sequence's, whichever is shorter; a retired sequence's row is removed.
 
 Sliding window. Gemma 3's sliding layers keep the last window - 1 cache columns and mask by column distance;
@@ -46,12 +46,12 @@ from typing import Any
 
 import torch
 
-from core.memory import give_back
-from core.model import batch_cache
-from core.model.generation import Answer, Generation, SamplingParams, eos_ids, sample_token, seeded
-from core.model.serving import Routes, ServingModel
+from core.heap import give_back
+from core.model.served_model import Routes, ServingModel
 from core.served import ROUTED, Choice
 from core.state import Knowledge
+from serving import batch_cache
+from serving.generation import Answer, Generation, SamplingParams, eos_ids, sample_token, seeded
 
 BUSY_GAP_S = 1.0  # a pause in decoding shorter than this still counts as decoding (Scheduler.busy)
 

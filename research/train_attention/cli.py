@@ -1,8 +1,8 @@
 """`ckl train-attention`: meta-train phi on (evidence, task) pairs of LAMA-ckl.
 
-Which rows (`--rule`, `--folds`, `--balance`): workers/train_attention/rows.py. What phi learns per step
-(`--variant`): workers/train_attention/step.py and meta.py. The loop, its validation, checkpoints and `--resume`:
-workers/train_attention/training.py; the features and alignments cached per uuid: caches.py. The LAMA-ckl folder
+Which rows (`--rule`, `--folds`, `--balance`): research/train_attention/rows.py. What phi learns per step
+(`--variant`): research/train_attention/step.py and meta.py. The loop, its validation, checkpoints and `--resume`:
+research/train_attention/training.py; the features and alignments cached per uuid: caches.py. The LAMA-ckl folder
 is `--data`, else CKL_LAMA_DIR.
 """
 from __future__ import annotations
@@ -13,12 +13,13 @@ from pathlib import Path
 
 from core.model.loader import load_model
 from core.settings import Settings
-from workers import lama_ckl
-from workers.provenance import RESULTS_ROOT
-from workers.train_attention import folds, phi
-from workers.train_attention.config import VARIANTS, TrainConfig
-from workers.train_attention.rows import RULES, DataRule
-from workers.train_attention.training import train_and_save
+from research import lama_ckl
+from research.provenance import RESULTS_ROOT
+from research.train_attention import folds
+from research.train_attention.config import VARIANTS, TrainConfig
+from research.train_attention.rows import RULES, DataRule
+from research.train_attention.training import train_and_save
+from workers.train_attention import phi
 
 
 def run_name(variant: str, rule: DataRule) -> str:

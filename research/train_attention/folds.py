@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from workers.lama_ckl import Row
+from research.lama_ckl import Row
 
 SPLITS = ("uuid", "group")
 

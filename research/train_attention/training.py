@@ -1,8 +1,8 @@
-"""phi's meta-training loop: `ckl train-attention` (workers/train_attention/cli.py) and the benchmark's fold phis.
+"""phi's meta-training loop: `ckl train-attention` (research/train_attention/cli.py) and the benchmark's fold phis.
 
-The rows (workers/train_attention/rows.py) become examples whose trunk features are cached per uuid
-(workers/train_attention/caches.py); phi then takes `steps` meta steps (workers/train_attention/step.py), is validated
-every `validate_every` steps (workers/train_attention/validation.py) and checkpointed every `checkpoint_every`, so
+The rows (research/train_attention/rows.py) become examples whose trunk features are cached per uuid
+(research/train_attention/caches.py); phi then takes `steps` meta steps (research/train_attention/step.py), is validated
+every `validate_every` steps (research/train_attention/validation.py) and checkpointed every `checkpoint_every`, so
 an interrupted run resumes (`--resume`) from its last checkpoint.
 """
 from __future__ import annotations
@@ -20,13 +20,18 @@ from tqdm import tqdm
 from core.model.loader import LoadedModel
 from core.settings import Settings
 from methods.adapter.training import AdapterMethod
-from workers.provenance import git_commit
+from research.provenance import git_commit
+from research.train_attention.caches import (
+    alignments_cache_name,
+    build_examples,
+    cached_alignments,
+    features_cache_name,
+)
+from research.train_attention.config import TrainConfig
+from research.train_attention.rows import PAPER_RULE, DataRule, balance_weights, training_rows
+from research.train_attention.step import new_head, phi_step
+from research.train_attention.validation import reference_outer_losses, validate
 from workers.train_attention import phi
-from workers.train_attention.caches import alignments_cache_name, build_examples, cached_alignments, features_cache_name
-from workers.train_attention.config import TrainConfig
-from workers.train_attention.rows import PAPER_RULE, DataRule, balance_weights, training_rows
-from workers.train_attention.step import new_head, phi_step
-from workers.train_attention.validation import reference_outer_losses, validate
 
 
 def train(loaded: LoadedModel, train_config: TrainConfig, data: Path, out: Path, results_root: Path, model_name: str,

@@ -1,6 +1,6 @@
 """phi's meta-training settings: what it learns (`--variant`), its head, and the loop's sizes and rates.
 
-The flags of `ckl train-attention` (workers/train_attention/cli.py) are these fields; the checkpoint's json records
+The flags of `ckl train-attention` (research/train_attention/cli.py) are these fields; the checkpoint's json records
 them under `train`, and the benchmark's fold phis are trained with the settings of the phi they replace.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ VARIANTS = ("answer", "first-order", "exact")
 
 @dataclass
 class TrainConfig:
-    variant: str = "answer"  # VARIANTS: what phi learns (workers/train_attention/meta.py)
+    variant: str = "answer"  # VARIANTS: what phi learns (research/train_attention/meta.py)
     head: str = "attention"  # phi.HEADS
     trunk_layers: int = 9  # hidden states phi reads, evenly spaced up the trunk
     steps: int = 400

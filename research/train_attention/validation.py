@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import torch
 
-from workers.train_attention import meta, phi
-from workers.train_attention.caches import MetaExample
-from workers.train_attention.config import TrainConfig
+from research.train_attention import meta
+from research.train_attention.caches import MetaExample
+from research.train_attention.config import TrainConfig
+from workers.train_attention import phi
 
 
 def object_weight_ratio(head: phi.PhiHead, examples: list[MetaExample]) -> float:

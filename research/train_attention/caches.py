@@ -14,9 +14,10 @@ from tqdm import tqdm
 
 from core.model.loader import LoadedModel
 from core.scoring import encode_probe
-from workers import lama_ckl, weighting
-from workers.train_attention import meta, phi
-from workers.train_attention.config import TrainConfig
+from research import lama_ckl, weighting
+from research.train_attention import meta
+from research.train_attention.config import TrainConfig
+from workers.train_attention import phi
 
 
 @dataclass
