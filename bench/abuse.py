@@ -28,7 +28,7 @@ from research.provenance import RESULTS_ROOT, git_commit
 from serving.batching import BUSY_GAP_S
 
 GOOD, VANISH, FLOOD = "good-client-key", "vanishing-client-key", "flood-client-key"  # one key each
-BODY_CAP = 1_048_576  # CKL_MAX_BODY_BYTES's default
+BODY_CAP = 1_048_576  # CKL_LIMITS_MAX_BODY_BYTES's default
 
 
 def server_pid(url: str) -> int:
@@ -156,7 +156,7 @@ def main(argv: list[str]) -> None:
             KeyConfig(name="vanishing", sha256=hash_key(VANISH), scopes=["generate"]),
             KeyConfig(name="flood", sha256=hash_key(FLOOD), scopes=["teach"])]
     env = {"CKL_API_KEYS": json.dumps([k.model_dump(exclude_none=True) for k in keys]),
-           "CKL_MAX_CONCURRENT_GENERATIONS": str(args.clients)}
+           "CKL_LIMITS_MAX_CONCURRENT_GENERATIONS": str(args.clients)}
 
     async def measure(url: str, pid: int) -> dict[str, Any]:
         await load(url, 1, list(PROMPTS), 1, 4, headers={"Authorization": f"Bearer {GOOD}"})  # warm-up

@@ -49,7 +49,7 @@ def main(argv: list[str]) -> None:
     text = document(args.chars, args.seed)
     documents = learner.documents
     record, _ = documents.create({"text": text, "probes": [], "method": settings.method,
-                                  "weighting": settings.weighting, "owner": None}, None)
+                                  "weighting": settings.training.weighting, "owner": None}, None)
     loaded_mb, peak, by_phase = rss_mb(), [0], {}
 
     def sample() -> None:  # the peak, and the peak in each phase the record shows (status, training step)

@@ -41,7 +41,7 @@ def on_facts(phi: TrainAttention, tokenizer, facts: list[dict], threshold: float
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="ckl bench phi-facts", description=__doc__.split("\n")[0])
     parser.add_argument("--phi", type=Path, action="append", default=[], help="another phi checkpoint (no suffix)")
-    parser.add_argument("--threshold", type=float, default=Settings().weight_threshold)
+    parser.add_argument("--threshold", type=float, default=Settings().training.weight_threshold)
     parser.add_argument("--facts", type=Path, default=FACTS)
     args = parser.parse_args(argv)
     settings = Settings()

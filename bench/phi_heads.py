@@ -176,7 +176,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--split", choices=folds.SPLITS, default="uuid")
     parser.add_argument("--fold-seed", type=int, default=0)
-    parser.add_argument("--threshold", type=float, default=Settings().weight_threshold)
+    parser.add_argument("--threshold", type=float, default=Settings().training.weight_threshold)
     parser.add_argument("--lora-trunk", action="store_true", help="also phi with its own LoRA (fold 0 only; ~7 min)")
     lama_ckl.add_data_argument(parser)
     parser.add_argument("--out", type=Path, default=RESULTS_ROOT / "phi-heads")

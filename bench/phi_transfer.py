@@ -60,7 +60,7 @@ def measure(phi: TrainAttention, tokenizer, rows: list[lama_ckl.Row], threshold:
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="ckl bench phi-transfer", description=__doc__.split("\n")[0])
-    parser.add_argument("--threshold", type=float, default=Settings().weight_threshold)
+    parser.add_argument("--threshold", type=float, default=Settings().training.weight_threshold)
     parser.add_argument("--max-tokens", type=int, default=128)
     lama_ckl.add_data_argument(parser)
     args = parser.parse_args(argv)

@@ -220,7 +220,7 @@ def main(argv: list[str]) -> None:
     if args.url:
         results = asyncio.run(measure(args.url))
     else:
-        env = {"CKL_MAX_CONCURRENT_GENERATIONS": str(max(levels))}
+        env = {"CKL_LIMITS_MAX_CONCURRENT_GENERATIONS": str(max(levels))}
         with running_server(models_dir, env=env) as url:
             results = asyncio.run(measure(url))
     for r in results.values():

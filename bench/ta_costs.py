@@ -61,7 +61,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--threshold", type=float, default=Settings().weight_threshold)
+    parser.add_argument("--threshold", type=float, default=Settings().training.weight_threshold)
     lama_ckl.add_data_argument(parser)
     args = parser.parse_args(argv)
     data = lama_ckl.data_folder(args.data)

@@ -111,7 +111,7 @@ class UpdateMethod(ABC):
     sentence_contexts = False  # also train each later sentence of a document on its own (workers/contexts.py)
     probe_contexts = False  # also train on the document's probes (prompt -> answer, the answer's tokens weighted)
     extra_steps = 0  # steps trained after the probes first pass
-    weight_floor = 0.0  # Train-Attention weights: 0 cuts the small ones (CKL_WEIGHT_THRESHOLD); > 0 floors them
+    weight_floor = 0.0  # phi's weights: 0 cuts the small ones (CKL_TRAINING_WEIGHT_THRESHOLD); > 0 floors them
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: Settings) -> None:
         self.tokenizer = tokenizer
@@ -201,7 +201,7 @@ class UpdateMethod(ABC):
               optimizer: torch.optim.Optimizer, params: list[nn.Parameter]) -> float:
         """One optimizer step on `own` and the replayed rows most at risk (their losses updated as trained); the
         step's loss, rounded."""
-        replayed = most_at_risk(replay_losses, self.settings.replay_rows)
+        replayed = most_at_risk(replay_losses, self.settings.training.replay_rows)
         batch = own + [replay[i] for i in replayed]
         with torch.enable_grad():
             per_example, used = self.losses(batch)
@@ -211,8 +211,8 @@ class UpdateMethod(ABC):
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.restrict_gradients(batch)
-            if self.settings.max_grad_norm:
-                torch.nn.utils.clip_grad_norm_(params, self.settings.max_grad_norm)
+            if self.settings.training.max_grad_norm:
+                torch.nn.utils.clip_grad_norm_(params, self.settings.training.max_grad_norm)
             optimizer.step()
         value = round(float(loss.detach()), 4)
         del per_example, loss
@@ -250,7 +250,8 @@ class UpdateMethod(ABC):
         steps = budget + self.extra_steps
         replay_losses: list[float] = []
         step_started = time.perf_counter()
-        for step, own in enumerate(step_batches(examples, pinned, batch_size, steps, self.settings.max_step_tokens)):
+        config = self.settings.training
+        for step, own in enumerate(step_batches(examples, pinned, batch_size, steps, config.max_step_tokens)):
             if step:  # after the last step's work, its probe check included: a rest, outside the deadline
                 rested = rest_after_step(time.perf_counter() - step_started)
                 report.rested_s += rested
@@ -259,12 +260,12 @@ class UpdateMethod(ABC):
             if deadline is not None and time.perf_counter() > deadline:
                 report.timed_out = True
                 break
-            if replay and step % self.settings.check_every == 0:  # what the delta pulls away changes as it grows
+            if replay and step % config.check_every == 0:  # what the delta pulls away changes as it grows
                 replay_losses = self.measured_losses(replay, batch_size)
             report.steps = step + 1
             report.losses.append(self._step(own, replay, replay_losses, optimizer, params))
             progress(step + 1, steps)
-            if passed_at is None and (step + 1) % self.settings.check_every == 0 and probes_pass():
+            if passed_at is None and (step + 1) % config.check_every == 0 and probes_pass():
                 passed_at = step + 1
             elif passed_at is not None and step + 1 >= passed_at + self.extra_steps:
                 if probes_pass():

@@ -41,7 +41,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     install_error_handlers(app)
     app.middleware("http")(measure)
     # Added last, so outermost: the guard sees every request first.
-    app.add_middleware(RequestGuard, max_body_bytes=settings.max_body_bytes, allowed_hosts=allowed_hosts(settings))
+    app.add_middleware(RequestGuard, max_body_bytes=settings.limits.max_body_bytes, allowed_hosts=allowed_hosts(settings))
     for router in ROUTERS:
         add_routes(app, router)
     return app
@@ -62,8 +62,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # until it ends: with fewer threads than generations admitted, the rest would queue before admission
     # instead of getting their 429.
     limiter = anyio.to_thread.current_default_thread_limiter()
-    limiter.total_tokens = max(limiter.total_tokens, settings.max_concurrent_generations
-                               + settings.max_waiting_generations + THREADS_FOR_OTHER_ROUTES)
+    limiter.total_tokens = max(limiter.total_tokens, settings.limits.max_concurrent_generations
+                               + settings.limits.max_waiting_generations + THREADS_FOR_OTHER_ROUTES)
     threading.Thread(target=runtime.start, daemon=True, name="ckl-start").start()
     yield
     runtime.close()

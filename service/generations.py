@@ -45,8 +45,8 @@ class GenerationService:
         self.metrics = metrics
         # Admitted generations: those decoding (at most max_concurrent_generations, the scheduler's cap) and those
         # waiting for a row.
-        self._admitted = threading.BoundedSemaphore(self.settings.max_concurrent_generations
-                                                    + self.settings.max_waiting_generations)
+        self._admitted = threading.BoundedSemaphore(self.settings.limits.max_concurrent_generations
+                                                    + self.settings.limits.max_waiting_generations)
         self._scheduler: Scheduler | None = None
         self._scheduler_lock = threading.Lock()
         runtime.decoding = self.decoding
@@ -61,7 +61,7 @@ class GenerationService:
         serving = self.serving()
         with self._scheduler_lock:  # built on first use: the model is not loaded when the app is made
             if self._scheduler is None:
-                self._scheduler = Scheduler(serving, self.settings.max_concurrent_generations)
+                self._scheduler = Scheduler(serving, self.settings.limits.max_concurrent_generations)
             return self._scheduler
 
     def prompt_ids(self, prompt: str, max_new_tokens: int, field: str = "prompt",
@@ -69,13 +69,13 @@ class GenerationService:
         """The prompt's token ids, within the settings' limits; `field` and `tokens_field` name the request's
         fields in a 422 (the OpenAI routes call them differently)."""
         s = self.settings
-        if len(prompt) > s.max_prompt_chars:
-            raise field_error(field, "max_chars", f"longer than {s.max_prompt_chars} characters")
-        if max_new_tokens > s.max_new_tokens_cap:
-            raise field_error(tokens_field, "less_than_equal", f"must be <= {s.max_new_tokens_cap}")
+        if len(prompt) > s.limits.max_prompt_chars:
+            raise field_error(field, "max_chars", f"longer than {s.limits.max_prompt_chars} characters")
+        if max_new_tokens > s.limits.max_new_tokens_cap:
+            raise field_error(tokens_field, "less_than_equal", f"must be <= {s.limits.max_new_tokens_cap}")
         ids = self.serving().tokenizer(prompt)["input_ids"]
-        if len(ids) > s.max_prompt_tokens:
-            raise field_error(field, "max_tokens", f"{len(ids)} tokens, more than {s.max_prompt_tokens}")
+        if len(ids) > s.limits.max_prompt_tokens:
+            raise field_error(field, "max_tokens", f"{len(ids)} tokens, more than {s.limits.max_prompt_tokens}")
         return ids
 
     def version(self, model_version: int | None) -> int | None:
@@ -143,7 +143,7 @@ class GenerationService:
             version = self.held(version, choice)
         if not self._admitted.acquire(blocking=False):
             s = self.settings
-            raise busy(f"{s.max_concurrent_generations} generations are running and {s.max_waiting_generations} "
+            raise busy(f"{s.limits.max_concurrent_generations} generations are running and {s.limits.max_waiting_generations} "
                        "waiting", retry_after_s=1)
         self.metrics.admitted.inc()
         slot = Slot(self._admitted, self.metrics.admitted.dec)

@@ -99,7 +99,7 @@ class DocumentRequest(Strict):
     probes: list[ProbeIn] = Field(default_factory=list)
     # A registered, servable update method; None: the server's default (CKL_METHOD).
     method: str | None = None
-    # None: the server's default (CKL_WEIGHTING).
+    # None: the server's default (CKL_TRAINING_WEIGHTING).
     weighting: Literal[WEIGHTINGS] | None = None  # type: ignore[valid-type]
     idempotency_key: str | None = Field(None, min_length=1, max_length=200)
     # What this document replaces: the caller's document ids (all their facts) and/or probe prompts. A probe with
@@ -118,8 +118,8 @@ class DocumentRequest(Strict):
 
 class Cost(BaseModel):
     """What learning a document will cost, known at POST: its tokens, the documents queued before it, and the most
-    seconds of training it may take (CKL_MAX_TRAIN_S per training, and one more training after a rejection that
-    suggests one, where CKL_RETRY_ON_REJECTION allows it)."""
+    seconds of training it may take (CKL_TRAINING_MAX_TRAIN_S per training, and one more training after a rejection that
+    suggests one, where CKL_GATE_RETRY_ON_REJECTION allows it)."""
     tokens: int
     documents_ahead: int
     train_s_at_most: float

@@ -9,6 +9,7 @@ from fastapi.testclient import TestClient
 
 from core.lifecycle import FINAL
 from core.settings import Settings
+from core.settings_groups import GROUPS
 from service.app import create_app
 from serving.runtime import Runtime
 from tests.tiny import tiny_loaded
@@ -23,12 +24,16 @@ TINY_METHODS = {"adapter": {"rank": 4, "alpha": 8, "learning_rate": 1e-2},
 
 def tiny_settings(data_dir, methods: dict[str, dict] | None = None, **overrides) -> Settings:
     """Small adapter and memory, a fast learning rate, and a gate that only asks for the document's own probes.
-    `methods`: each method's settings over TINY_METHODS', by method name."""
+    `methods`: each method's settings over TINY_METHODS', by method name; `overrides`: settings by name, a grouped
+    one's by its name in its group (max_steps, nf_tolerance, max_body_bytes, learn_share)."""
     merged = {name: {**TINY_METHODS.get(name, {}), **(methods or {}).get(name, {})}
               for name in {*TINY_METHODS, *(methods or {})}}
-    values = dict(data_dir=data_dir, max_steps=60, check_every=1, weighting="oracle", nf_tolerance=1.0,
-                  learned_tolerance=1.0, method_settings=merged)
-    return Settings(**{**values, **overrides})
+    grouped = {"training": {"max_steps": 60, "check_every": 1, "weighting": "oracle"},
+               "gate": {"nf_tolerance": 1.0, "learned_tolerance": 1.0}}
+    for name in [name for name in overrides if name not in Settings.model_fields]:  # a grouped setting, by its name
+        group = next(group for group, cls in GROUPS.items() if name in cls.model_fields)
+        grouped.setdefault(group, {})[name] = overrides.pop(name)
+    return Settings(data_dir=data_dir, method_settings=merged, **grouped, **overrides)
 
 
 @contextmanager

@@ -80,8 +80,9 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 def tiny_env(model_dir: Path, **extra: str) -> dict[str, str]:
     """Settings for processes on the tiny model, as tests/api_app.py's tiny_settings gives in-process."""
-    return {"CKL_MODEL": str(model_dir), "CKL_WEIGHTING": "oracle", "CKL_ROUTED_LEARNING_RATE": "0.03",
-            "CKL_MAX_STEPS": "60", "CKL_CHECK_EVERY": "1", "CKL_NF_TOLERANCE": "1.0", "CKL_LEARNED_TOLERANCE": "1.0",
+    return {"CKL_MODEL": str(model_dir), "CKL_TRAINING_WEIGHTING": "oracle", "CKL_ROUTED_LEARNING_RATE": "0.03",
+            "CKL_TRAINING_MAX_STEPS": "60", "CKL_TRAINING_CHECK_EVERY": "1", "CKL_GATE_NF_TOLERANCE": "1.0",
+            "CKL_GATE_LEARNED_TOLERANCE": "1.0",
             "CKL_VERSION_POLL_S": "0.5", "CKL_ROUTED_LAYERS": "all",
             "CKL_ROUTED_TARGETS": '["gate_proj", "up_proj", "down_proj"]', **extra}
 

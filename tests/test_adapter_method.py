@@ -10,7 +10,7 @@ from workers import weighting
 
 
 def make(tiny):
-    settings = Settings(check_every=1, method_settings={"adapter": {"rank": 4, "alpha": 8, "learning_rate": 1e-2}})
+    settings = Settings(training={"check_every": 1}, method_settings={"adapter": {"rank": 4, "alpha": 8, "learning_rate": 1e-2}})
     return AdapterMethod(tiny.model, tiny.tokenizer, settings)
 
 

@@ -10,7 +10,7 @@ def server(tmp_path_factory, real_model_dir, nf_suite_file):
     from tests.conftest import Server, fresh_data_dir
 
     data = fresh_data_dir(tmp_path_factory.mktemp("api"), nf_suite_file)
-    srv = Server(data, {"CKL_MAX_PROMPT_TOKENS": "64", "CKL_MAX_NEW_TOKENS_CAP": "100"}).start()
+    srv = Server(data, {"CKL_LIMITS_MAX_PROMPT_TOKENS": "64", "CKL_LIMITS_MAX_NEW_TOKENS_CAP": "100"}).start()
     srv.wait_ready()
     yield srv
     srv.kill()

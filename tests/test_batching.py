@@ -135,8 +135,8 @@ def test_a_swap_during_a_batch_keeps_each_answer_on_the_version_it_reports(tiny)
     assert serving._pins[0] == serving._pins[1] == 0
 
 
-def generations_on(tiny, **settings) -> GenerationService:
-    settings = SETTINGS.model_copy(update=settings)
+def generations_on(tiny, **limits) -> GenerationService:
+    settings = SETTINGS.model_copy(update={"limits": SETTINGS.limits.model_copy(update=limits)})
     runtime = SimpleNamespace(settings=settings, serving=ServingModel(tiny, settings), error=None)
     return GenerationService(runtime, Metrics(runtime))
 

@@ -28,9 +28,9 @@ def auth(name: str) -> dict[str, str]:
 def server(tiny_model_dir, tmp_path_factory):
     keys = [{"name": n, "sha256": hash_key(f"key-of-{n}"), "scopes": s} for n, s in KEYS.items()]
     data = tmp_path_factory.mktemp("abuse") / "data"
-    srv = Server(data, tiny_env(tiny_model_dir, CKL_API_KEYS=json.dumps(keys), CKL_MAX_BODY_BYTES=str(CAP),
-                                CKL_MAX_CONCURRENT_GENERATIONS="1", CKL_MAX_WAITING_GENERATIONS="1",
-                                CKL_MAX_NEW_TOKENS_CAP="4000")).start()
+    srv = Server(data, tiny_env(tiny_model_dir, CKL_API_KEYS=json.dumps(keys), CKL_LIMITS_MAX_BODY_BYTES=str(CAP),
+                                CKL_LIMITS_MAX_CONCURRENT_GENERATIONS="1", CKL_LIMITS_MAX_WAITING_GENERATIONS="1",
+                                CKL_LIMITS_MAX_NEW_TOKENS_CAP="4000")).start()
     srv.wait_ready(120)
     yield srv
     srv.kill()

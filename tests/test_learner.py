@@ -131,7 +131,7 @@ def test_while_serving_decodes_the_learner_rests_between_steps_and_the_rests_do_
     """The embedded learner yields to decoding: with the API busy all along, every step and every phase of the job
     is followed by a rest (at a share of 0.5, as long as the work before it), recorded on the document."""
     steps_s, rests_s = [], []
-    settings = tiny_settings(tmp_path, learn_share_while_serving=0.5)
+    settings = tiny_settings(tmp_path, learn_share=0.5)
     learner = Learner(settings, loaded=tiny_loaded(), busy=lambda: True)
     rest = learner.rests.rest
 

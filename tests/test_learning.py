@@ -21,7 +21,7 @@ FACT = {
 }
 PROMPT = {"prompt": "The capital of Veltoria is", "max_new_tokens": 4}
 # Tests that must see a commit give the gate room; the defaults are measured by `ckl bench teach`.
-LENIENT = {"CKL_NF_TOLERANCE": "0.2"}
+LENIENT = {"CKL_GATE_NF_TOLERANCE": "0.2"}
 
 
 def generate(url: str) -> dict:
@@ -166,7 +166,7 @@ BAD_DOCUMENTS = [
 
 
 def test_bad_documents_are_refused_and_nothing_is_stored_then_idempotency(start_server):
-    server = start_server({"CKL_MAX_STEPS": "1"})
+    server = start_server({"CKL_TRAINING_MAX_STEPS": "1"})
     server.wait_ready()
     for body, field in BAD_DOCUMENTS:
         for path in ("/documents", "/documents/preview"):  # a preview refuses what POST refuses

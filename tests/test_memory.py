@@ -38,7 +38,7 @@ def test_a_larger_score_scale_sharpens_the_read_weights_over_the_same_slots():
 
 
 def make(tiny, top_t=500):
-    settings = Settings(check_every=1, max_grad_norm=0, method_settings={"memory": {"learning_rate": 50.0, "top_t": top_t}})
+    settings = Settings(training={"check_every": 1, "max_grad_norm": 0}, method_settings={"memory": {"learning_rate": 50.0, "top_t": top_t}})
     return MemoryMethod(tiny.model, tiny.tokenizer, settings, shape=CONFIG)
 
 
@@ -150,8 +150,8 @@ def test_three_memory_updates_then_removing_the_middle_one_keeps_the_other_two(t
     from core.state import resolve
     from workers.learner import Learner
 
-    settings = Settings(data_dir=tmp_path, max_steps=60, check_every=1, nf_tolerance=1.0, learned_tolerance=1.0,
-                        method_settings={"memory": {"sub_keys": 64, "heads": 2, "k": 4, "key_dim": 8,
+    settings = Settings(data_dir=tmp_path, training={"max_steps": 60, "check_every": 1},
+                        gate={"nf_tolerance": 1.0, "learned_tolerance": 1.0}, method_settings={"memory": {"sub_keys": 64, "heads": 2, "k": 4, "key_dim": 8,
                                                     "learning_rate": 10.0}})
     learner = Learner(settings, loaded=tiny)
     ids = []

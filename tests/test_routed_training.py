@@ -69,7 +69,7 @@ def test_the_deltas_of_several_documents_at_once_are_those_deltas_merged_into_th
 
 def test_the_document_in_training_is_trained_beside_the_stacked_deltas_of_the_others(tiny):
     text, probes = "the capital of veltoria is marnhold", [("the capital of veltoria is", "marnhold")]
-    method = RoutedMethod(tiny.model, tiny.tokenizer, Settings(check_every=1))
+    method = RoutedMethod(tiny.model, tiny.tokenizer, Settings(training={"check_every": 1}))
     with_random_deltas(method, ["a", "b"])
     key = routing.key_for(text, probes, THRESHOLD)
     method.lora.sources.update(a=1, b=2)  # as read from versions 1 and 2
@@ -96,8 +96,8 @@ def test_a_shared_documents_run_routes_each_prompt_as_its_namespace_asks_it():
     the tenant's keys are answered, never another tenant's; what the candidate may move is told in each view."""
     prompt, probes = "the capital of veltoria is", [("the capital of veltoria is", "marnhold")]
     key = routing.key_for("the capital of veltoria is marnhold", probes, THRESHOLD)
-    candidate = Candidate(Table([Taught("ours", key, 1, "acme", "routed"), Taught("theirs", key, 2, "globex", "routed")]),
-                          THRESHOLD)
+    table = Table([Taught("ours", key, 1, "acme", "routed"), Taught("theirs", key, 2, "globex", "routed")])
+    candidate = Candidate(table, THRESHOLD)
     candidate.start(SHARED, per_document=True)
     assert candidate.route(prompt, "acme") == ("ours",) and candidate.route(prompt) is None
     candidate.begin("shared", "routed", "the capital of veltoria is paris", [(prompt, "paris")])
@@ -135,7 +135,7 @@ def probe_example(tiny, prompt: str, answer: str) -> Example:
 
 
 def test_each_step_trains_all_own_examples_and_the_replayed_fact_most_at_risk(tiny):
-    method = Recording(tiny.model, tiny.tokenizer, Settings(check_every=2, replay_rows=1))
+    method = Recording(tiny.model, tiny.tokenizer, Settings(training={"check_every": 2, "replay_rows": 1}))
     method.begin("new", "the capital of veltoria is marnhold", [("the capital of veltoria is", "marnhold")])
     method.activate(("new",))  # its route, as the learner's train stage sets it
     own = [probe_example(tiny, "the capital of veltoria is", "marnhold"), probe_example(tiny, "veltoria", "marnhold")]
@@ -169,7 +169,7 @@ def test_batches_hold_at_most_their_tokens_and_go_round_the_examples_in_turn():
 
 def test_a_long_document_trains_its_probes_in_every_step_and_stops_at_the_deadline(tiny):
     text = "the capital of veltoria is marnhold"
-    method = RoutedMethod(tiny.model, tiny.tokenizer, Settings(max_step_tokens=64))
+    method = RoutedMethod(tiny.model, tiny.tokenizer, Settings(training={"max_step_tokens": 64}))
     method.begin("long", text, [("the capital of veltoria is", "marnhold")])
     method.activate(("long",))
     ids = tiny.tokenizer(text)["input_ids"]

@@ -51,9 +51,9 @@ def _beside_the_decoder(settings: Settings) -> None:
     """Where the API of this process decodes on the same cores, the calling thread computes on fewer threads and at
     idle priority (workers/threads.py); set before the learner computes."""
     if _busy is not None:
-        if settings.embedded_learner_threads:
-            threads_here(settings.embedded_learner_threads)
-        if settings.embedded_learner_idle_priority:
+        if settings.embedded.learner_threads:
+            threads_here(settings.embedded.learner_threads)
+        if settings.embedded.learner_idle_priority:
             idle_priority_here()
 
 

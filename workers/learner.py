@@ -52,7 +52,7 @@ class Learner:
         self.held = Held(settings, loaded.model, loaded.tokenizer, loaded.name, self.versions, self.suites)
         # Rests between training steps and after each phase of a job while the API of this process decodes
         # (embedded: one machine for both).
-        self.rests = Rests(YieldToServing(settings.learn_share_while_serving, busy or (lambda: False)))
+        self.rests = Rests(YieldToServing(settings.embedded.learn_share, busy or (lambda: False)))
         self.parts = Parts(settings, loaded.model, loaded.tokenizer, self.documents, self.versions, self.suites,
                            self.held, Scorer(loaded.model, loaded.tokenizer, self.held, self.rests),
                            Weigher(settings, loaded.model, loaded.tokenizer, loaded.name, self.held.method),

@@ -20,7 +20,7 @@ class AutoProbePreview:
     def __call__(self, serving: ServingModel, text: str, method: str) -> list[tuple[str, str]] | None:
         """The probes the learner would make for `text` taught with `method`; None where it would make none (no
         Train-Attention checkpoint for this model). phi's pass over the text is one step of the decoder's."""
-        path = checkpoint_for(self.settings.train_attention_checkpoint, serving.name)
+        path = checkpoint_for(self.settings.training.phi_checkpoint, serving.name)
         if path is None:
             return None
         with self._lock:

@@ -33,7 +33,7 @@ class Weigher:
 
     def weighting(self, asked: str) -> str:
         """train_attention falls back to uniform for a base model with no packaged phi (none configured)."""
-        if asked == "train_attention" and checkpoint_for(self.settings.train_attention_checkpoint,
+        if asked == "train_attention" and checkpoint_for(self.settings.training.phi_checkpoint,
                                                          self.model_name) is None:
             log.warning("no Train-Attention checkpoint for model %s: uniform weights", self.model_name)
             return "uniform"
@@ -42,7 +42,7 @@ class Weigher:
     def phi(self) -> TrainAttention:
         """phi for the served base model, loaded on first use (a mismatched checkpoint fails the document)."""
         if self._train_attention is None:
-            path = checkpoint_for(self.settings.train_attention_checkpoint, self.model_name)
+            path = checkpoint_for(self.settings.training.phi_checkpoint, self.model_name)
             assert path is not None, "phi needs a checkpoint (weighting() falls back to uniform without one)"
             self._train_attention = TrainAttention.from_path(self.model, path)
         return self._train_attention
@@ -53,14 +53,14 @@ class Weigher:
         (`top_weighted_tokens`) and the first HEAT_TOKENS tokens as [text, weight] (`token_weights`, the console's
         heatmap). The text is trained as the state it describes, without its time markers."""
         doc = examples.encode(self.tokenizer, subjects.text_without_time_markers(record["text"], [p.prompt for p in own]))
-        how = self.weighting(record.get("weighting") or self.settings.weighting)
+        how = self.weighting(record.get("weighting") or self.settings.training.weighting)
         phi = self.phi().weights if how == "train_attention" else None
         answers = [p.answer for p in own]
         method = self.method(record["method"])
-        weights = examples.token_weights(doc, how, answers, phi, self.settings.weight_threshold, method.weight_floor)
+        weights = examples.token_weights(doc, how, answers, phi, self.settings.training.weight_threshold, method.weight_floor)
         if not any(weights[1:]):
             weights = examples.token_weights(doc, "uniform", [], None, 0.0)
-        made = examples.document_examples(doc, weights, self.settings.train_window_tokens,
+        made = examples.document_examples(doc, weights, self.settings.training.window_tokens,
                                           self.tokenizer.bos_token_id, method.sentence_contexts)
         if method.probe_contexts:
             made += self.probe_examples(own)

@@ -1,6 +1,6 @@
 """A learner that yields to serving on a machine both share (the embedded worker): while the API decodes, each
 training step and each phase of a job is followed by a rest long enough that learning takes at most
-CKL_LEARN_SHARE_WHILE_SERVING of the time. Bounded both ways: teaching never stops under a steady load (it slows
+CKL_EMBEDDED_LEARN_SHARE of the time. Bounded both ways: teaching never stops under a steady load (it slows
 by 1 / share at most), and a rest ends once decoding has stopped (within Scheduler.busy's gap, a second)."""
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ class MethodSpec:
     learning_rate: float
     phi_variant: str | None = None  # for train_attention: which packaged phi (meta-gradient variant)
     phi_checkpoint: str | None = None  # for train_attention: a phi outside the package instead
-    threshold: float | None = None  # for train_attention: phi's relative cut; None: the service's (CKL_WEIGHT_THRESHOLD)
+    threshold: float | None = None  # for train_attention: phi's relative cut; None: the service's (CKL_TRAINING_WEIGHT_THRESHOLD)
     replay: bool = False  # Mix-review: the base model's own text beside each batch (replay.py)
     min_weight: float = 0.0  # for train_attention: also 0 below this absolute weight (a row left with none: no window)
 
@@ -124,7 +124,7 @@ def examples_for(rows: list[Row], loaded: LoadedModel, model: torch.nn.Module, m
         loaded_phis = {path: TrainAttention.from_path(model, path) for path in set(assignment.values())}
         weigh = {row.uuid: loaded_phis[assignment[row.uuid]] for row in rows}
     how = "uniform" if spec.weighting == "rho1" else spec.weighting
-    threshold = Settings().weight_threshold if spec.threshold is None else spec.threshold
+    threshold = Settings().training.weight_threshold if spec.threshold is None else spec.threshold
     out = []
     for row in rows:
         doc = examples.encode(loaded.tokenizer, row.evidence, max_tokens)
@@ -165,7 +165,7 @@ def new_trainer(spec: MethodSpec, config: Config, loaded: LoadedModel, lr: float
                 background: list[str] | None) -> tuple[UpdateMethod, dict[str, Any]]:
     """The method's trainer on a fresh model, at version 0 (the memory first fitted to `background`), and what
     preparing it found."""
-    settings = Settings(check_every=10**9, max_grad_norm=config.max_grad_norm, method_settings={
+    settings = Settings(training={"check_every": 10**9, "max_grad_norm": config.max_grad_norm}, method_settings={
         "adapter": {"rank": config.lora_rank, "alpha": config.lora_alpha, "optimizer": "adamw", "learning_rate": lr}})
     method = TRAINERS[spec.update](loaded.model, loaded.tokenizer, settings)
     extra: dict[str, Any] = {}

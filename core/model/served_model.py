@@ -146,8 +146,8 @@ class ServingModel:
         keys, used = knowledge.table.keys(), []
         for name in self.methods:
             if self.per_document[name]:
-                used += [{"method": name, "document_id": document_id,
-                          **evidence(words(prompt), keys.key_of(document_id))} for document_id in routes.get(name) or ()]
+                used += [{"method": name, "document_id": d, **evidence(words(prompt), keys.key_of(d))}
+                         for d in routes.get(name) or ()]
             elif name in knowledge.states and routes.get(name) != OFF:
                 used.append({"method": name, "document_id": None, "whole_version": True})
         return used

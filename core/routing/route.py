@@ -1,4 +1,5 @@
-"""A prompt's route: the documents it is about, by their keys; and which prompts' routes two sets of keys may differ on."""
+"""A prompt's route: the documents it is about, by their keys; and which prompts' routes two sets of keys may differ
+on."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence

@@ -11,9 +11,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class AdapterSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CKL_ADAPTER_", extra="forbid")
 
-    rank: int = Field(8, gt=0)
-    alpha: float = Field(16.0, gt=0)
-    # Which projections carry the adapter (JSON list in the environment); empty: all attention and MLP ones.
-    targets: list[str] = Field(default_factory=list)
-    optimizer: Literal["adamw", "sgd"] = "adamw"
-    learning_rate: float = Field(5e-5, gt=0)
+    rank: int = Field(8, gt=0, description="The adapter's rank.")
+    alpha: float = Field(16.0, gt=0, description="The adapter's scale is alpha / rank.")
+    targets: list[str] = Field(default_factory=list, description=(
+        "Which projections carry the adapter (a JSON list); empty: all attention and MLP ones."))
+    optimizer: Literal["adamw", "sgd"] = Field("adamw", description="The optimizer.")
+    learning_rate: float = Field(5e-5, gt=0, description="The learning rate.")

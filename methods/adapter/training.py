@@ -2,8 +2,8 @@
 
 Each update continues the committed adapter, so knowledge accumulates across versions.
 
-The defaults (CKL_ADAPTER_OPTIMIZER, CKL_ADAPTER_LEARNING_RATE, CKL_CHECK_EVERY) are what forgot least while teaching
-facts one by one (docs/decisions.md: Adapter updates: AdamW at 5e-5).
+The defaults (CKL_ADAPTER_OPTIMIZER, CKL_ADAPTER_LEARNING_RATE, CKL_TRAINING_CHECK_EVERY) are what forgot least while
+teaching facts one by one (docs/decisions.md: Adapter updates: AdamW at 5e-5).
 """
 from __future__ import annotations
 
@@ -46,7 +46,8 @@ class AdapterMethod(UpdateMethod):
         return adapter.read_state(self.peft, ADAPTER)
 
     def manifest_fields(self) -> dict[str, Any]:
-        s, c = self.settings, self.config
+        s, c = self.settings.training, self.config
         return {"lora": adapter.config_to_dict(self.lora),
-                "hyperparameters": {"optimizer": c.optimizer, "learning_rate": c.learning_rate, "max_steps": s.max_steps,
+                "hyperparameters": {"optimizer": c.optimizer, "learning_rate": c.learning_rate,
+                                    "max_steps": s.max_steps,
                                     "check_every": s.check_every, "lora_rank": c.rank, "lora_alpha": c.alpha}}

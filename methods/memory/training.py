@@ -146,7 +146,7 @@ class MemoryMethod(UpdateMethod):
         return {"memory": vars(self.shape) | {"top_t": self.top_t, "score": self.score,
                                                 "max_read_share": self.max_read_share},
                 "hyperparameters": {"optimizer": self.config.optimizer, "learning_rate": self.config.learning_rate,
-                                    "max_steps": self.settings.max_steps}}
+                                    "max_steps": self.settings.training.max_steps}}
 
     def remove(self, removed: dict[str, Any], later: list[dict[str, Any]], load_delta: LoadDelta,
                earlier: dict[str, torch.Tensor] | None, relearn: Callable[[], None]) -> bool:

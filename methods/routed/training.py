@@ -82,7 +82,7 @@ class RoutedMethod(UpdateMethod):
         return {"routing": {"threshold": self.settings.routing_threshold, "rank": c.rank, "alpha": c.alpha,
                             "targets": list(c.targets), "layers": c.layers, "storage": c.storage},
                 "hyperparameters": {"optimizer": c.optimizer, "learning_rate": c.learning_rate,
-                                    "max_steps": self.settings.max_steps, "extra_steps": c.extra_steps}}
+                                    "max_steps": self.settings.training.max_steps, "extra_steps": c.extra_steps}}
 
     def committed(self, version: int) -> None:
         if self.document_id is not None:

@@ -154,7 +154,7 @@ def completion_chunks(run: Run) -> Iterator[CompletionStreamResponse]:
 def chat(generations: GenerationService, req: ChatCompletionRequest,
          caller: Caller) -> ChatCompletionResponse | Chunks:
     prompt = chat_prompt(generations.serving().tokenizer, req.messages)
-    run = start(generations, req, caller, prompt, "chat", generations.settings.max_new_tokens_cap,
+    run = start(generations, req, caller, prompt, "chat", generations.settings.limits.max_new_tokens_cap,
                 tokens=req.max_completion_tokens)
     if req.stream:
         return Chunks(chat_chunks(run), run.pieces)

@@ -47,10 +47,10 @@ def post_document(req: DocumentRequest, runtime: RuntimeDep,
     method, weighting = checked(runtime, req, caller)
     require_serving(runtime)  # refuse before storing anything while no queue exists yet
     pending = runtime.documents.pending_count()
-    if pending >= settings.max_queued_documents:
+    if pending >= settings.limits.max_queued_documents:
         raise busy(f"{pending} documents are waiting to be learned", retry_after_s=30)
-    if caller.name and runtime.documents.pending_count(caller.name) >= settings.max_queued_per_key:
-        raise busy(f"this key has {settings.max_queued_per_key} documents waiting", retry_after_s=30)
+    if caller.name and runtime.documents.pending_count(caller.name) >= settings.limits.max_queued_per_key:
+        raise busy(f"this key has {settings.limits.max_queued_per_key} documents waiting", retry_after_s=30)
     body = {**req.model_dump(exclude={"idempotency_key"}), "weighting": weighting, "method": method,
             "owner": caller.name, "namespace": caller.namespace or SHARED}
     # Idempotency keys are each API key's own: one caller can neither reuse nor probe another's.
@@ -82,11 +82,11 @@ def preview_document(req: DocumentRequest, runtime: RuntimeDep, caller: TeachCal
 def checked(runtime: Runtime, req: DocumentRequest, caller: Caller) -> tuple[str, str]:
     """The method and weighting a document is taught with, after what POST refuses with a 422."""
     settings = runtime.settings
-    if len(req.text) > settings.max_document_chars:
-        raise field_error("text", "max_chars", f"longer than {settings.max_document_chars} characters")
-    if len(req.probes) > settings.max_probes_per_document:
-        raise field_error("probes", "max_items", f"at most {settings.max_probes_per_document} probes")
-    weighting = req.weighting or settings.weighting
+    if len(req.text) > settings.limits.max_document_chars:
+        raise field_error("text", "max_chars", f"longer than {settings.limits.max_document_chars} characters")
+    if len(req.probes) > settings.limits.max_probes_per_document:
+        raise field_error("probes", "max_items", f"at most {settings.limits.max_probes_per_document} probes")
+    weighting = req.weighting or settings.training.weighting
     if weighting == "oracle" and not any(p.answer.strip() in req.text for p in req.probes):
         raise field_error("weighting", "needs_answers_in_text",
                           "oracle weighting needs probes whose answer occurs in the text")
@@ -97,9 +97,9 @@ def checked(runtime: Runtime, req: DocumentRequest, caller: Caller) -> tuple[str
 
 def cost(runtime: Runtime, text: str, pending: int) -> Cost:
     """What learning `text` will cost (service/schemas.py: Cost)."""
-    trainings = 2 if runtime.settings.retry_on_rejection else 1
+    trainings = 2 if runtime.settings.gate.retry_on_rejection else 1
     return Cost(tokens=len(require_serving(runtime).tokenizer(text)["input_ids"]), documents_ahead=pending,
-                train_s_at_most=trainings * runtime.settings.max_train_s)
+                train_s_at_most=trainings * runtime.settings.training.max_train_s)
 
 
 @router.delete("/documents/{document_id}", status_code=202, response_model=DocumentAccepted)

@@ -19,7 +19,7 @@ router = APIRouter(dependencies=[Depends(needs("admin"))])
 def add_probes(req: ProbesRequest, runtime: RuntimeDep) -> dict[str, Any]:
     try:
         merged = runtime.suites.add_must_keep([Probe(p.prompt, p.answer) for p in req.probes],
-                                              runtime.settings.max_must_keep_probes)
+                                              runtime.settings.limits.max_must_keep_probes)
     except TooManyProbes as exc:
         raise field_error("probes", "max_items", str(exc)) from exc
     return {"must_keep": to_json(merged)}

@@ -29,7 +29,7 @@ def finish(parts: Parts, run: Run, probes: list[dict[str, str]],
     if not verdict.decision.accepted:
         timed_out = (run.fields.get("training") or {}).get("timed_out")  # more steps would not fit either
         plan = gate.retry_plan(verdict.decision) \
-            if may_retry and parts.settings.retry_on_rejection and not timed_out else None
+            if may_retry and parts.settings.gate.retry_on_rejection and not timed_out else None
         if plan is not None:
             parts.held.forget_loaded()
             raise RetryAfterRejection(plan, verdict.decision.to_json(), run.fields.get("training"))

@@ -14,11 +14,11 @@ from workers.stages.scoring import unscored
 
 
 def add_neighbours(parts: Parts, run: Run, own: list[Probe]) -> None:
-    """The neighbour prompts of the document's known subjects (workers/neighbours.py) that the candidate can move and the
-    lineage does not check yet, each with the continuation the parent serves (the candidate's fresh delta adds nothing
-    yet), into the suite the gate keeps. A routed document moves only prompts that name its subject with what it is
-    asked about, so most have none."""
-    if not parts.settings.neighbour_tokens or not own:
+    """The neighbour prompts of the document's known subjects (workers/neighbours.py) that the candidate can move and
+    the lineage does not check yet, each with the continuation the parent serves (the candidate's fresh delta adds
+    nothing yet), into the suite the gate keeps. A routed document moves only prompts that name its subject with what
+    it is asked about, so most have none."""
+    if not parts.settings.gate.neighbour_tokens or not own:
         return
     clock = time.perf_counter()
     namespace = namespace_of(run.record)
@@ -27,7 +27,7 @@ def add_neighbours(parts: Parts, run: Run, own: list[Probe]) -> None:
     prompts = [Probe(prompt, "", namespace) for prompt in neighbour_prompts(subjects, [p.prompt for p in own])
                if prompt not in checked and parts.held.candidate.affected(prompt, namespace)]
     made = [Probe(p.prompt, out.rstrip(), namespace)
-            for p, out in parts.scorer.continuations(prompts, parts.settings.neighbour_tokens) if out.strip()]
+            for p, out in parts.scorer.continuations(prompts, parts.settings.gate.neighbour_tokens) if out.strip()]
     if made:
         run.suites["neighbours"] += made
         held = parts.held

@@ -38,7 +38,7 @@ def own_probes(parts: Parts, record: dict[str, Any]) -> list[Probe]:
 def deferrable(settings: Settings) -> bool:
     """Whether runs may defer scoring the learned facts and neighbour prompts: with no tolerance, the gate's decision
     needs only the scores of those the candidate may move."""
-    return settings.learned_tolerance == 0 and settings.neighbour_tolerance == 0
+    return settings.gate.learned_tolerance == 0 and settings.gate.neighbour_tolerance == 0
 
 
 def prepare(parts: Parts, parent: int, record: dict[str, Any], name: str, own: list[Probe] = (),
@@ -57,7 +57,8 @@ def prepare(parts: Parts, parent: int, record: dict[str, Any], name: str, own: l
     facts, neighbours = held.lineage(parent)
     replaced: list[LearnedFact] = []
     if learned is None:  # a document's run: the facts of its namespace it replaces leave the suite it is gated on
-        replaced = replaced_by(list(own), record.get("supersedes") or [], [f for f in facts if f.namespace == namespace])
+        mine = [f for f in facts if f.namespace == namespace]
+        replaced = replaced_by(list(own), record.get("supersedes") or [], mine)
         learned = [f.probe for f in facts if f not in replaced]
     # A known subject's neighbour prompts recorded along the lineage, less those this document's probes ask (it
     # teaches something there); its own are added once the method knows which prompts it can move.
@@ -106,5 +107,6 @@ def warm(parts: Parts) -> None:
     if held.hold(parent, SHARED):
         lineage = held.lineage_suites(parent)
         suites = {**lineage[0], "must_keep": parts.suites.must_keep(), "own": []}
-        _, held.scores = parts.scorer.score(suites, held.scores, unscored(suites, held.scores, deferrable(parts.settings)))
+        left_out = unscored(suites, held.scores, deferrable(parts.settings))
+        _, held.scores = parts.scorer.score(suites, held.scores, left_out)
         held.write_scores(parent, lineage)

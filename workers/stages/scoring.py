@@ -33,7 +33,8 @@ class Scorer:
         """Every suite's probe scores, and every score there is now (`known`'s and those scored): probes in `known`
         keep their score, those `left_out` (a deferred run's never scored: `unscored`) are None."""
         scores = dict(known or {})
-        self.score_into(scores, [p for suite in suites.values() for p in suite if p not in scores and p not in left_out])
+        todo = [p for suite in suites.values() for p in suite if p not in scores and p not in left_out]
+        self.score_into(scores, todo)
         return gate.SuiteScores(**{name: [scores.get(p) for p in probes] for name, probes in suites.items()}), scores
 
     def score_into(self, scores: Scores, probes: list[Probe], parent: bool = False) -> None:

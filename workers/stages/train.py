@@ -18,9 +18,9 @@ def budget(settings: Settings, examples: list[Example], has_probes: bool) -> int
     """The steps a document may train: the most for one with probes (it stops once they pass), else a few per 128
     tokens of its examples."""
     if has_probes:
-        return settings.max_steps
+        return settings.training.max_steps
     tokens = sum(len(e.input_ids) for e in examples)
-    return max(4, min(settings.max_steps, 4 * math.ceil(tokens / 128)))
+    return max(4, min(settings.training.max_steps, 4 * math.ceil(tokens / 128)))
 
 
 def train(parts: Parts, run: Run, examples: list[Example], own: list[Probe], replay: list[Example] = (),
@@ -49,7 +49,7 @@ def train(parts: Parts, run: Run, examples: list[Example], own: list[Probe], rep
         examples, steps,
         probes_pass=lambda: bool(own) and all(s == 1.0 for s in score_probes(parts.model, parts.tokenizer, own)),
         progress=progress, optimizer=optimizer, replay=list(replay), pinned=pinned,
-        deadline=clock + parts.settings.max_train_s, rest_after_step=parts.rests.step)
+        deadline=clock + parts.settings.training.max_train_s, rest_after_step=parts.rests.step)
     run.timings["train_s"] = run.timings.get("train_s", 0.0) + time.perf_counter() - clock
     run.fields["training"] = {"steps": report.steps, "stopped_early": report.stopped_early,
                               "timed_out": report.timed_out, "losses": report.losses,

@@ -29,10 +29,10 @@ def evaluate(parts: Parts, run: Run) -> Verdict:
     moved = may_move(parts, run)
     kept = {p: s for p, s in held.scores.items() if p.asked not in moved}
     after, scores = parts.scorer.score(run.suites, kept, unscored(run.suites, held.scores, run.deferred))
-    decision = gate.decide(run.before, after, nf_version_0=1.0, nf_tolerance=settings.nf_tolerance,
-                           learned_tolerance=settings.learned_tolerance,
-                           neighbour_tolerance=settings.neighbour_tolerance,
-                           require_own_probes=settings.require_own_probes)
+    decision = gate.decide(run.before, after, nf_version_0=1.0, nf_tolerance=settings.gate.nf_tolerance,
+                           learned_tolerance=settings.gate.learned_tolerance,
+                           neighbour_tolerance=settings.gate.neighbour_tolerance,
+                           require_own_probes=settings.gate.require_own_probes)
     run.timings["gate_s"] = time.perf_counter() - clock
     parts.rests.after_phase(run.timings, "gate_s")
     return Verdict(decision, after, scores)

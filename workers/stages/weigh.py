@@ -25,7 +25,7 @@ def weigh(parts: Parts, run: Run) -> tuple[list[Example], list[Example]]:
     others; a few rows of them train in each step beside all of the document's own."""
     clock = time.perf_counter()
     weigher = parts.weigher
-    how = weigher.weighting(run.record.get("weighting") or parts.settings.weighting)
+    how = weigher.weighting(run.record.get("weighting") or parts.settings.training.weighting)
     examples, shown = weigher.examples({**run.record, "weighting": how}, run.suites["own"])
     replay = []
     if run.method.probe_contexts:

@@ -30,7 +30,7 @@ from transformers import PreTrainedModel
 from core.model.base_only import base_only
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
-# The packaged phi the learner uses; `CKL_TRAIN_ATTENTION_CHECKPOINT` picks another (the answer phi, the
+# The packaged phi the learner uses; `CKL_TRAINING_PHI_CHECKPOINT` picks another (the answer phi, the
 # exact one and the paper-protocol ones ship beside it). The answer phi teaches more LAMA-ckl rows,
 # cross-fitted, but this one weighs the answers of invented facts, documents like users send, far more
 # (docs/decisions.md: phi learns where the answer is).
@@ -44,7 +44,7 @@ def packaged_checkpoint(model: str, variant: str = DEFAULT_VARIANT) -> Path:
 
 
 def checkpoint_for(configured: Path | None, model: str) -> Path | None:
-    """The checkpoint phi loads for a served model: the configured one (CKL_TRAIN_ATTENTION_CHECKPOINT), else the
+    """The checkpoint phi loads for a served model: the configured one (CKL_TRAINING_PHI_CHECKPOINT), else the
     packaged one; None when there is neither."""
     if configured is not None:
         return configured
