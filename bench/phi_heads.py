@@ -30,7 +30,8 @@ from core.model.loader import LoadedModel, load_model
 from core.scoring import pad_batch
 from core.settings import Settings
 from methods.adapter.training import AdapterMethod
-from research import lama_ckl, weighting
+from research import lama_ckl
+from workers import weighting
 from research.provenance import RESULTS_ROOT, git_commit
 from research.train_attention import folds, meta
 from research.train_attention.caches import (

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from core.model.loader import load_model
 from core.settings import Settings
-from research import lama_ckl, weighting
+from research import lama_ckl
+from workers import weighting
 from research.provenance import RESULTS_ROOT
 from research.train_attention.config import VARIANTS
 from workers.train_attention.phi import TrainAttention, packaged_checkpoint

@@ -22,7 +22,8 @@ from core.scoring import decoder_and_head
 from core.settings import Settings
 from core.training import Example
 from methods.adapter.training import AdapterMethod
-from research import lama_ckl, weighting
+from research import lama_ckl
+from workers import weighting
 from workers.train_attention.phi import TrainAttention, packaged_checkpoint
 
 

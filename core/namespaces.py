@@ -3,7 +3,8 @@
 A key may belong to a namespace (a tenant). A document is taught into its key's namespace, and a prompt asked with
 a key is routed to the documents of the key's namespace and of the shared one, never to another tenant's. The
 shared namespace holds what admin keys and keys without a namespace teach (a deployment with one tenant needs no
-namespaces at all). Only the routed method keeps a document to its namespace; a tenant teaches with it alone.
+namespaces at all). Only a per-document method keeps a document to its namespace (core/routing/); a tenant teaches
+with one alone.
 """
 from __future__ import annotations
 

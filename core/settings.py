@@ -13,7 +13,15 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core import registry
 from core.keys import KeyConfig
-from core.settings_groups import GROUPS, EmbeddedSettings, GateSettings, LimitsSettings, TrainingSettings, renamed
+from core.settings_groups import (
+    GROUPS,
+    OLD_NAMES,
+    EmbeddedSettings,
+    GateSettings,
+    LimitsSettings,
+    TrainingSettings,
+    renamed,
+)
 
 DEFAULT_MODEL = "default"
 # Settings that moved into a group or a method's own settings: the old variable is refused, naming the new one.
@@ -23,6 +31,15 @@ RENAMED = {"CKL_LORA_RANK": "CKL_ADAPTER_RANK", "CKL_LORA_ALPHA": "CKL_ADAPTER_A
            "CKL_ROUTED_THRESHOLD": "CKL_ROUTING_THRESHOLD", **renamed()}
 
 
+def grouped(name: str) -> str:
+    """Where a setting passed by its name before it had a group is now (" (now training.max_steps)"), or ""."""
+    for group, cls in GROUPS.items():
+        for field in cls.model_fields:
+            if name in (field, OLD_NAMES.get(group, {}).get(field)):
+                return f" (now {group}.{field})"
+    return ""
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CKL_", extra="ignore")
 
@@ -30,7 +47,7 @@ class Settings(BaseSettings):
         # The environment may hold other CKL_* variables (a method's own), but a setting passed by name must exist,
         # and a renamed one must not be set under its old name (it would be ignored).
         if unknown := sorted(k for k in values if not k.startswith("_") and k not in type(self).model_fields):
-            raise TypeError(f"unknown settings: {', '.join(unknown)}")
+            raise TypeError(f"unknown settings: {', '.join(f'{k}{grouped(k)}' for k in unknown)}")
         if old := sorted(name for name in RENAMED if name in os.environ):
             raise ValueError("renamed settings: " + ", ".join(f"{name} is now {RENAMED[name]}" for name in old))
         for group, cls in GROUPS.items():  # a group given as a dict: its other settings from the environment

@@ -118,8 +118,8 @@ class GenerationService:
                 serving.routes(version, "", choice)
             except UnknownKnowledge as exc:
                 raise field_error("knowledge", "not_in_version",
-                                  f"version {version} holds no document or subject named {exc}; documents of the "
-                                  "routed method can be chosen, by id or by subject") from None
+                                  f"version {version} holds no document or subject named {exc}; documents of a "
+                                  "per-document method can be chosen, by id or by subject") from None
         return version
 
     def loader(self, version: int | None) -> Callable[[], VersionKnowledge] | None:

@@ -30,9 +30,12 @@ def tiny_settings(data_dir, methods: dict[str, dict] | None = None, **overrides)
               for name in {*TINY_METHODS, *(methods or {})}}
     grouped = {"training": {"max_steps": 60, "check_every": 1, "weighting": "oracle"},
                "gate": {"nf_tolerance": 1.0, "learned_tolerance": 1.0}}
+    for group in [name for name in overrides if name in GROUPS]:  # a group given whole, over the small defaults
+        grouped.setdefault(group, {}).update(overrides.pop(group))
     for name in [name for name in overrides if name not in Settings.model_fields]:  # a grouped setting, by its name
-        group = next(group for group, cls in GROUPS.items() if name in cls.model_fields)
-        grouped.setdefault(group, {})[name] = overrides.pop(name)
+        group = next((group for group, cls in GROUPS.items() if name in cls.model_fields), None)
+        if group is not None:  # else unknown: Settings refuses it
+            grouped.setdefault(group, {})[name] = overrides.pop(name)
     return Settings(data_dir=data_dir, method_settings=merged, **grouped, **overrides)
 
 

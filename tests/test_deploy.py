@@ -15,6 +15,7 @@ from packaging.utils import canonicalize_name
 import methods  # noqa: F401  (registers every method folder)
 from core import registry
 from core.settings import Settings
+from core.settings_groups import GROUPS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,10 +29,11 @@ def env_names(service: dict) -> set[str]:
 
 
 def known_settings() -> set[str]:
-    """Every CKL_* variable a setting reads: the server's, and each method's own (CKL_<METHOD>_*)."""
-    own = {f"{spec.config.model_config['env_prefix']}{field}".upper()
-           for spec in registry.registered() for field in spec.config.model_fields}
-    return {f"CKL_{name.upper()}" for name in Settings.model_fields} | own
+    """Every CKL_* variable a setting reads: the top-level ones, each group's (CKL_<GROUP>_*) and each method's own
+    (CKL_<METHOD>_*)."""
+    classes = [*GROUPS.values(), *(spec.config for spec in registry.registered())]
+    own = {f"{cls.model_config['env_prefix']}{field}".upper() for cls in classes for field in cls.model_fields}
+    return {f"CKL_{name.upper()}" for name in Settings.model_fields if name not in GROUPS} | own
 
 
 def test_compose_services_heal_and_read_only_settings_that_exist():
@@ -93,8 +95,9 @@ def test_the_dockerfile_passes_hadolint():
 
 
 def test_the_wheel_holds_every_data_file_of_the_packages(tmp_path):
-    tracked = subprocess.run(["git", "ls-files", "core", "methods", "service", "workers", "bench", "ckl"], cwd=ROOT,
-                             capture_output=True, text=True, check=True).stdout.split()
+    packages = ["core", "methods", "serving", "service", "workers", "research", "bench", "ckl"]
+    tracked = subprocess.run(["git", "ls-files", *packages], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
     data = {f for f in tracked if not f.endswith(".py")}
     assert "bench/facts.jsonl" in data
     source = tmp_path / "source"  # a copy of the tracked files: the build leaves nothing in the checkout

@@ -1,4 +1,4 @@
-"""docs/settings.md is what core/settings_table.py generates from the classes that read the settings, and the
+"""docs/settings.md is what docs/settings_table.py generates from the classes that read the settings, and the
 top-level settings stay few enough to hold in mind."""
 import importlib.util
 from pathlib import Path
@@ -30,3 +30,5 @@ def test_a_grouped_setting_under_its_old_name_is_refused_and_a_group_given_in_pa
     monkeypatch.setenv("CKL_TRAINING_CHECK_EVERY", "5")
     settings = Settings(training={"max_steps": 3})
     assert (settings.training.max_steps, settings.training.check_every) == (3, 5)
+    with pytest.raises(TypeError, match=r"max_steps \(now training.max_steps\)"):
+        Settings(max_steps=3)

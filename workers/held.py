@@ -110,8 +110,10 @@ class Held:
         they hold for (workers/saved_scores.py)."""
         facts, neighbours = self.lineage(version)
         suites = {"nf": self.suites.nf_probes(), "learned": [f.probe for f in facts], "neighbours": neighbours}
+        # What routes and answers a probe: each method's settings, and the routing threshold.
         settings: dict[str, Any] = {spec.name: self.settings.method_config(spec.name).model_dump()
                                     for spec in registry.registered()}
+        settings["routing_threshold"] = self.settings.routing_threshold
         return suites, saved_scores.fingerprint(version, self.reach, self.model_name, settings,
                                                 [f.document_id for f in facts], suites)
 

@@ -5,8 +5,8 @@ parent's scores).
 
 The scores are kept by position in the suites a version's lineage gives (the NF suite, the learned facts, the
 neighbour prompts) with the documents' ids: nothing derived from any document's text, so erasure has nothing to
-scrub here. They hold only for the version, the namespaces they were routed for, the model and the methods'
-settings they were scored with; anything else reads as nothing saved. A learner without them scores only the
+scrub here. They hold only for the version, the namespaces they were routed for, the model, the methods' settings
+and the routing threshold they were scored with; anything else reads as nothing saved. A learner without them scores only the
 probes its candidates may move (the learner's deferred runs); those it never scored are saved as null. Pure
 functions; the learner reads and writes the file (core/probes.py: ProbeSuites.saved_scores).
 """

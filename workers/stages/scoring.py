@@ -61,30 +61,30 @@ class Scorer:
         that routes per row (the routed one) gives each row its own route; other methods' routes split the batches.
         None on after. A rest follows each batch's work. `parent`: routed as in the candidate's parent."""
         per_row = [name for name, m in self.held.methods.items() if m.per_row]
-        for group in self.routed_groups(probes, rows_apart=True, parent=parent):
+        routes = {probe: self._routes(probe, parent) for probe in dict.fromkeys(probes)}  # each probe routed once
+        for group in self.routed_groups(probes, rows_apart=True, parent=parent, routes=routes):
             for start in range(0, len(group), SCORE_BATCH):
                 batch = group[start:start + SCORE_BATCH]
-                rows = [dict(self._routes(p, parent)) for p in batch]
                 for name in per_row:
-                    self.held.methods[name].activate_rows([row[name] for row in rows])
+                    self.held.methods[name].activate_rows([dict(routes[p])[name] for p in batch])
                 clock = time.perf_counter()
                 yield batch
                 self.rests.after_slice(time.perf_counter() - clock)
 
-    def routed_groups(self, probes: list[Probe], rows_apart: bool = False,
-                      parent: bool = False) -> Iterator[list[Probe]]:
+    def routed_groups(self, probes: list[Probe], rows_apart: bool = False, parent: bool = False,
+                      routes: dict[Probe, tuple] | None = None) -> Iterator[list[Probe]]:
         """The probes in groups that take the same routes on every method (with `rows_apart`, on every method that
         does not route per row), each group's routes on while the caller uses it; none after. `parent`: as in the
-        candidate's parent."""
+        candidate's parent; `routes`: each probe's, where the caller has them."""
         methods = self.held.methods
         groups: dict[tuple, list[Probe]] = {}
         for probe in dict.fromkeys(probes):
-            routes = tuple((name, route) for name, route in self._routes(probe, parent)
-                           if not (rows_apart and methods[name].per_row))
-            groups.setdefault(routes, []).append(probe)
+            routed = routes[probe] if routes is not None else self._routes(probe, parent)
+            key = tuple((name, route) for name, route in routed if not (rows_apart and methods[name].per_row))
+            groups.setdefault(key, []).append(probe)
         try:
-            for routes, group in groups.items():
-                for name, route in routes:
+            for key, group in groups.items():
+                for name, route in key:
                     methods[name].activate(route)
                 yield group
         finally:
