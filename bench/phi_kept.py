@@ -23,9 +23,10 @@ from bench.lama_ckl.report import SHOWN_GROUPS, answer_groups, best_scores, lear
 from bench.phi_transfer import object_share
 from core.model.loader import load_model
 from core.settings import Settings
+from research import lama_ckl
 from research.train_attention import folds
 from research.train_attention.rows import variant_pool
-from workers import examples, lama_ckl, weighting
+from workers import examples, weighting
 from workers.train_attention.phi import TrainAttention
 
 SHARES = ((0.0, 0.01), (0.01, 0.5), (0.5, 0.99), (0.99, 1.01))  # buckets of the answer's share of the weight
