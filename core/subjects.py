@@ -25,7 +25,9 @@ CALENDAR = frozenset("""january february march april may june july august septem
 monday tuesday wednesday thursday friday saturday sunday today yesterday tomorrow""".split())
 # "The chief executive of X is now" asks what "The chief executive of X is" asks (lower case: "New York" is a name).
 TIME_MARKERS = frozenset({"now", "new", "currently", "still", "today"})
-TIME_MARKER = re.compile(r"[ \t]+(?:%s)(?=[\s.,;:!?)]|$)" % "|".join(sorted(TIME_MARKERS)))
+# A match starts only where a run of blanks starts: tried at every blank of a long run, the pattern backtracked over
+# the rest of the run each time (3.6 s for a document of 20,000 spaces, holding the GIL).
+TIME_MARKER = re.compile(r"(?<![ \t])[ \t]+(?:%s)(?=[\s.,;:!?)]|$)" % "|".join(sorted(TIME_MARKERS)))
 WEIGHT_ORIGIN = 5.0  # a rare word weighs WEIGHT_ORIGIN - its Zipf frequency
 STEM = 6  # the letters `stems` keeps
 FAMILIAR_RARITY = 2.0  # a name whose words weigh less than this together is one English uses: a known subject

@@ -1,4 +1,7 @@
 """Training examples and probes made from a document: pure functions over token weights."""
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from workers import examples, weighting
 
 
@@ -33,6 +36,22 @@ def test_a_news_document_is_trained_as_the_state_it_describes():
     assert text_without_time_markers(kept) == kept
     asked = "The maker of the new product is now Halvern."  # a marker the probe asks with is part of the question
     assert text_without_time_markers(asked, ["The maker of the new product is"]) == "The maker of the new product is Halvern."
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from([" ", "  ", "\t", "now", "new", "still", "today", "currently", "snow", ".", ",", "\n",
+                                 "X", "now-famous", ")"]), max_size=30))
+def test_time_markers_are_found_where_a_run_of_blanks_starts_as_they_were_found_anywhere(parts):
+    """The marker pattern starts a match only where a run of blanks starts (a long run no longer backtracks at each
+    of its blanks); it finds what the pattern without that condition found."""
+    import re
+
+    from core.subjects import TIME_MARKER, TIME_MARKERS
+
+    anywhere = re.compile(r"[ \t]+(?:%s)(?=[\s.,;:!?)]|$)" % "|".join(sorted(TIME_MARKERS)))
+    text = "".join(parts)
+    assert [m.span() for m in TIME_MARKER.finditer(text)] == [m.span() for m in anywhere.finditer(text)]
+    assert TIME_MARKER.sub("", " " * 20_000 + "x now") == " " * 20_000 + "x"
 
 
 def test_a_document_without_names_gets_one_probe_for_its_rarest_word():
