@@ -55,6 +55,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     from core import logs
+    from core.queue import without_password
     from service.app import create_app
     from serving.runtime import Runtime
     from workers import job
@@ -66,7 +67,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
         sys.exit(f"ckl serve: {refusal}")
     if not settings.api_keys:
         print("ckl-serve: no API keys configured: every request is allowed (loopback only)", flush=True)
-    mode = f"RQ on {settings.redis_url}" if settings.redis_url else "embedded worker (no Redis)"
+    mode = f"RQ on {without_password(settings.redis_url)}" if settings.redis_url else "embedded worker (no Redis)"
     print(f"ckl-serve on http://{settings.host}:{settings.port}  data: {settings.data_dir}  model: {settings.model}  "
           f"learning: {mode}", flush=True)
     # Both queues run (or name) the same job function; the preview makes auto-probes as the learner will. The
@@ -80,12 +81,13 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> None:
+    from core.queue import without_password
     from workers.job import run_worker
 
     settings = settings_from(args)
     if not settings.redis_url:
         sys.exit("ckl worker needs Redis: set CKL_REDIS_URL or pass --redis-url")
-    print(f"ckl worker: loading the model, then taking jobs from {settings.redis_url}", flush=True)
+    print(f"ckl worker: loading the model, then taking jobs from {without_password(settings.redis_url)}", flush=True)
     run_worker(settings, burst=args.burst)
 
 

@@ -11,6 +11,7 @@ import queue
 import threading
 from collections.abc import Callable
 from typing import Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 log = logging.getLogger(__name__)
 
@@ -126,3 +127,12 @@ class RQQueue:
 
     def close(self) -> None:
         self.redis.close()
+
+
+def without_password(url: str) -> str:
+    """A Redis URL as it may be printed (a start-up line lands in container logs): its password as ***."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = f"{parts.username}:***" if parts.username else ":***"
+    return urlunsplit(parts._replace(netloc=f"{user}@{parts.hostname}" + (f":{parts.port}" if parts.port else "")))

@@ -92,3 +92,18 @@ def test_an_adapter_document_cannot_be_removed_one_by_one(client):
     r = client.delete(f"/documents/{record['document_id']}")
     assert r.status_code == 409 and r.json()["error"]["code"] == "not_removable"
     assert "memory" in r.json()["error"]["message"]
+
+
+def test_an_offset_past_what_the_database_takes_is_a_422_not_a_500(client):
+    assert client.get("/documents", params={"offset": 10**20}).status_code == 422
+    largest = client.get("/documents", params={"offset": 2**63 - 1})
+    assert largest.status_code == 200 and largest.json()["items"] == []
+
+
+def test_a_redis_url_is_printed_without_its_password():
+    from core.queue import without_password
+
+    assert without_password("redis://:s3cret@redis:6379/0") == "redis://:***@redis:6379/0"
+    assert without_password("redis://app:s3cret@10.0.0.1/1") == "redis://app:***@10.0.0.1/1"
+    assert without_password("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
+

@@ -40,6 +40,8 @@ TeachCaller = Annotated[Caller, Depends(needs("teach"))]  # each route's access 
 PREVIEWS = threading.BoundedSemaphore(1)
 
 
+SQL_MAX_INT = 2**63 - 1  # the largest offset the database takes: past it, a 422 instead of its overflow (500)
+
 @router.post("/documents", status_code=202, response_model=DocumentAccepted)
 def post_document(req: DocumentRequest, runtime: RuntimeDep,
                   caller: TeachCaller) -> DocumentAccepted:
@@ -133,7 +135,7 @@ def get_document(document_id: str, runtime: RuntimeDep, caller: TeachCaller) -> 
 
 
 @router.get("/documents")
-def list_documents(runtime: RuntimeDep, caller: TeachCaller, offset: int = Query(0, ge=0),
+def list_documents(runtime: RuntimeDep, caller: TeachCaller, offset: int = Query(0, ge=0, le=SQL_MAX_INT),
                    limit: int = Query(50, ge=1, le=500)) -> dict[str, Any]:
     total, records = runtime.documents.page(None if caller.is_admin else caller.name, offset, limit)
     brief = [{k: r[k] for k in ("document_id", "status", "version", "created_at", "method")} for r in records]
