@@ -199,3 +199,13 @@ def test_idempotency_keys_of_two_api_keys_never_meet_whatever_their_names(tmp_pa
         ids = [client.post("/documents", json={**FACT, "idempotency_key": key}, headers=auth(name)).json()
                for name, key in names.items()]
         assert ids[0]["document_id"] != ids[1]["document_id"], ids
+
+
+def test_a_teacher_refused_for_a_must_keep_probe_is_not_told_its_answer(keyed):
+    kept = {"probes": [{"prompt": "the capital of veltoria is", "answer": "dorvane"}]}
+    assert keyed.post("/probes", json=kept, headers=auth("root")).status_code == 201
+    for name, shown in (("teacher", False), ("root", True)):
+        refused = keyed.post("/documents", json=FACT, headers=auth(name))
+        assert refused.status_code == 422 and refused.json()["error"]["fields"][0]["rule"] == "contradicts_must_keep"
+        assert ("dorvane" in refused.text) is shown
+

@@ -159,9 +159,10 @@ def refuse_at_post(runtime: Runtime, req: DocumentRequest, method: str, caller: 
     for i, probe in enumerate(req.probes):
         for kept in runtime.suites.must_keep():
             if same_prompt(probe.prompt, kept.prompt) and probe.answer.strip() != kept.answer.strip():
+                shown = f"-> {kept.answer!r}" if caller.is_admin else "set by an admin"  # its answer: an admin's only
                 raise field_error(f"probes.{i}.answer", "contradicts_must_keep",
-                                  f"{probe.prompt!r} -> {probe.answer!r} contradicts the must-keep probe "
-                                  f"-> {kept.answer!r} (DELETE /probes to let it change)")
+                                  f"{probe.prompt!r} -> {probe.answer!r} contradicts the must-keep probe {shown} "
+                                  "(DELETE /probes to let it change)")
     for named in req.supersedes:
         if DOCUMENT_NAME.fullmatch(named):
             try:
