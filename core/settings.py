@@ -15,11 +15,11 @@ from core import registry
 from core.keys import KeyConfig
 from core.settings_groups import (
     GROUPS,
-    OLD_NAMES,
     EmbeddedSettings,
     GateSettings,
     LimitsSettings,
     TrainingSettings,
+    group_of,
     renamed,
 )
 
@@ -33,11 +33,7 @@ RENAMED = {"CKL_LORA_RANK": "CKL_ADAPTER_RANK", "CKL_LORA_ALPHA": "CKL_ADAPTER_A
 
 def grouped(name: str) -> str:
     """Where a setting passed by its name before it had a group is now (" (now training.max_steps)"), or ""."""
-    for group, cls in GROUPS.items():
-        for field in cls.model_fields:
-            if name in (field, OLD_NAMES.get(group, {}).get(field)):
-                return f" (now {group}.{field})"
-    return ""
+    return f" (now {found[0]}.{found[1]})" if (found := group_of(name)) else ""
 
 
 class Settings(BaseSettings):

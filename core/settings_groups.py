@@ -91,6 +91,16 @@ OLD_NAMES = {"training": {"window_tokens": "train_window_tokens", "phi_checkpoin
                           "learner_idle_priority": "embedded_learner_idle_priority"}}
 
 
+def group_of(name: str) -> tuple[str, str] | None:
+    """The group and field of a grouped setting named by its field (max_steps) or its name before it had a group
+    (learn_share_while_serving); None for any other name."""
+    for group, cls in GROUPS.items():
+        for field in cls.model_fields:
+            if name in (field, OLD_NAMES.get(group, {}).get(field)):
+                return group, field
+    return None
+
+
 def renamed() -> dict[str, str]:
     """Every grouped setting's old variable (CKL_MAX_STEPS) and its new one (CKL_TRAINING_MAX_STEPS)."""
     pairs = {f"CKL_{OLD_NAMES.get(group, {}).get(name, name).upper()}": f"CKL_{group.upper()}_{name.upper()}"

@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from core.lifecycle import FINAL
 from core.settings import Settings
-from core.settings_groups import GROUPS
+from core.settings_groups import GROUPS, group_of
 from service.app import create_app
 from serving.runtime import Runtime
 from tests.tiny import tiny_loaded
@@ -33,9 +33,8 @@ def tiny_settings(data_dir, methods: dict[str, dict] | None = None, **overrides)
     for group in [name for name in overrides if name in GROUPS]:  # a group given whole, over the small defaults
         grouped.setdefault(group, {}).update(overrides.pop(group))
     for name in [name for name in overrides if name not in Settings.model_fields]:  # a grouped setting, by its name
-        group = next((group for group, cls in GROUPS.items() if name in cls.model_fields), None)
-        if group is not None:  # else unknown: Settings refuses it
-            grouped.setdefault(group, {})[name] = overrides.pop(name)
+        if (found := group_of(name)) and found[1] == name:  # else unknown or an old name: Settings refuses it
+            grouped.setdefault(found[0], {})[found[1]] = overrides.pop(name)
     return Settings(data_dir=data_dir, method_settings=merged, **grouped, **overrides)
 
 

@@ -124,7 +124,7 @@ class ServingModel:
         if not choice.named:
             return by_method(route(prompt, table.keys(choice.namespaces), self.threshold), table.method_of,
                              self.per_document)
-        by_id = choice.documents & {taught.document_id for taught in table.documents}
+        by_id = {document_id for document_id in choice.documents if table.method_of(document_id) is not None}
         by_subject, found = about(table.keys(choice.namespaces), choice.subjects)
         if missing := choice.names() - found - by_id:
             raise UnknownKnowledge(missing)

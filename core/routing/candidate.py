@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from core.namespaces import SHARED, reach, routed_for
 from core.routing.index import KeyIndex
-from core.routing.keys import key_for, subject_terms, unreachable, unroutable
+from core.routing.keys import key_for, not_reaching, subject_terms, unroutable
 from core.routing.route import changed, may_reroute, related, route, watched
 from core.routing.table import Route, Table, Taught
 from core.subjects import words
@@ -45,9 +45,9 @@ class Candidate:
         """Why no prompt could be routed to the begun document (None: some can, or nothing is begun)."""
         return unroutable(self.begun.key, self.threshold) if self.begun else None
 
-    def unreachable(self, text: str, probes: list[tuple[str, str]]) -> list[str]:
-        """The prompts of the begun document's probes that could not reach it."""
-        return unreachable(text, probes, self.threshold) if self.begun else []
+    def unreachable(self, probes: list[tuple[str, str]]) -> list[str]:
+        """The prompts of the begun document's probes that could not reach it (its key, made once by `begin`)."""
+        return not_reaching(self.begun.key, probes, self.threshold) if self.begun else []
 
     def retire(self, document_ids: list[str]) -> list[str]:
         """Stop routing to these documents (every fact they taught is replaced by the begun one); those retired."""

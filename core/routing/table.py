@@ -104,7 +104,7 @@ def extended(table: Table, manifest: dict[str, Any]) -> Table | None:
         return None
     if "key" not in manifest:
         return table
-    if any(t.document_id == manifest["documents"][0] for t in table.documents):
+    if table.method_of(manifest["documents"][0]) is not None:  # taught again
         return None
     grown = table.snapshot()
     grown.append(taught(manifest))

@@ -90,7 +90,7 @@ def begin(parts: Parts, run: Run, own: list[Probe]) -> str | None:
         return reason
     if run.superseded and (retired := candidate.retire(run.superseded)):
         run.fields["retires"] = retired  # what those documents taught is no longer served
-    if unreachable := candidate.unreachable(text, pairs):
+    if unreachable := candidate.unreachable(pairs):
         return (f"{len(unreachable)} of the document's probes cannot reach what it teaches with method "
                 f"{run.method.name!r} (e.g. {unreachable[0]!r}): a document of a per-document method answers only "
                 "prompts that name its subject or its rare words")

@@ -4,7 +4,7 @@ with a rest after each batch."""
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Hashable, Iterator
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -50,37 +50,38 @@ class Scorer:
             made += list(zip(group, outs))
         return made
 
-    def _routes(self, probe: Probe, parent: bool) -> tuple:
-        """Each held method's route for the probe (core/routing/), as the candidate routes it or as its parent does."""
-        candidate = self.held.candidate
-        documents = (candidate.parent_route if parent else candidate.route)(probe.prompt, probe.namespace)
-        return tuple(by_method(documents, candidate.method_of, self.held.per_document()).items())
+    def _routes(self, probes: list[Probe], parent: bool) -> dict[Probe, dict[str, Hashable | None]]:
+        """Each probe's route on every held method (core/routing/), as the candidate routes it or as its parent does:
+        each probe routed once."""
+        candidate, kinds = self.held.candidate, self.held.per_document()
+        routing = candidate.parent_route if parent else candidate.route
+        return {p: by_method(routing(p.prompt, p.namespace), candidate.method_of, kinds) for p in dict.fromkeys(probes)}
 
     def _batches(self, probes: list[Probe], parent: bool = False) -> Iterator[list[Probe]]:
         """The probes in batches of one forward pass, each batch's routes on while the caller scores it: a method
         that routes per row (the routed one) gives each row its own route; other methods' routes split the batches.
         None on after. A rest follows each batch's work. `parent`: routed as in the candidate's parent."""
         per_row = [name for name, m in self.held.methods.items() if m.per_row]
-        routes = {probe: self._routes(probe, parent) for probe in dict.fromkeys(probes)}  # each probe routed once
+        routes = self._routes(probes, parent)
         for group in self.routed_groups(probes, rows_apart=True, parent=parent, routes=routes):
             for start in range(0, len(group), SCORE_BATCH):
                 batch = group[start:start + SCORE_BATCH]
                 for name in per_row:
-                    self.held.methods[name].activate_rows([dict(routes[p])[name] for p in batch])
+                    self.held.methods[name].activate_rows([routes[p][name] for p in batch])
                 clock = time.perf_counter()
                 yield batch
                 self.rests.after_slice(time.perf_counter() - clock)
 
     def routed_groups(self, probes: list[Probe], rows_apart: bool = False, parent: bool = False,
-                      routes: dict[Probe, tuple] | None = None) -> Iterator[list[Probe]]:
+                      routes: dict[Probe, dict[str, Hashable | None]] | None = None) -> Iterator[list[Probe]]:
         """The probes in groups that take the same routes on every method (with `rows_apart`, on every method that
         does not route per row), each group's routes on while the caller uses it; none after. `parent`: as in the
         candidate's parent; `routes`: each probe's, where the caller has them."""
         methods = self.held.methods
+        routes = routes if routes is not None else self._routes(probes, parent)
         groups: dict[tuple, list[Probe]] = {}
-        for probe in dict.fromkeys(probes):
-            routed = routes[probe] if routes is not None else self._routes(probe, parent)
-            key = tuple((name, route) for name, route in routed if not (rows_apart and methods[name].per_row))
+        for probe, routed in routes.items():
+            key = tuple((name, route) for name, route in routed.items() if not (rows_apart and methods[name].per_row))
             groups.setdefault(key, []).append(probe)
         try:
             for key, group in groups.items():
