@@ -31,7 +31,6 @@ from core.scoring import pad_batch
 from core.settings import Settings
 from methods.adapter.training import AdapterMethod
 from research import lama_ckl
-from workers import weighting
 from research.provenance import RESULTS_ROOT, git_commit
 from research.train_attention import folds, meta
 from research.train_attention.caches import (
@@ -43,6 +42,7 @@ from research.train_attention.caches import (
 from research.train_attention.config import TrainConfig
 from research.train_attention.rows import DataRule, training_rows, variant_pool
 from research.train_attention.step import new_head, phi_step
+from workers import weighting
 from workers.train_attention import phi
 
 

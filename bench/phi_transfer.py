@@ -17,9 +17,9 @@ from pathlib import Path
 from core.model.loader import load_model
 from core.settings import Settings
 from research import lama_ckl
-from workers import weighting
 from research.provenance import RESULTS_ROOT
 from research.train_attention.config import VARIANTS
+from workers import weighting
 from workers.train_attention.phi import TrainAttention, packaged_checkpoint
 
 REPORTED_ROWS = 64  # what `ckl bench lama-ckl --to-learn 64` trains on

@@ -41,7 +41,8 @@ def create_app(runtime: Runtime) -> FastAPI:
     install_error_handlers(app)
     app.middleware("http")(measure)
     # Added last, so outermost: the guard sees every request first.
-    app.add_middleware(RequestGuard, max_body_bytes=settings.limits.max_body_bytes, allowed_hosts=allowed_hosts(settings))
+    app.add_middleware(RequestGuard, max_body_bytes=settings.limits.max_body_bytes,
+                       allowed_hosts=allowed_hosts(settings))
     for router in ROUTERS:
         add_routes(app, router)
     return app

@@ -68,14 +68,14 @@ class GenerationService:
                    tokens_field: str = "max_new_tokens") -> list[int]:
         """The prompt's token ids, within the settings' limits; `field` and `tokens_field` name the request's
         fields in a 422 (the OpenAI routes call them differently)."""
-        s = self.settings
-        if len(prompt) > s.limits.max_prompt_chars:
-            raise field_error(field, "max_chars", f"longer than {s.limits.max_prompt_chars} characters")
-        if max_new_tokens > s.limits.max_new_tokens_cap:
-            raise field_error(tokens_field, "less_than_equal", f"must be <= {s.limits.max_new_tokens_cap}")
+        s = self.settings.limits
+        if len(prompt) > s.max_prompt_chars:
+            raise field_error(field, "max_chars", f"longer than {s.max_prompt_chars} characters")
+        if max_new_tokens > s.max_new_tokens_cap:
+            raise field_error(tokens_field, "less_than_equal", f"must be <= {s.max_new_tokens_cap}")
         ids = self.serving().tokenizer(prompt)["input_ids"]
-        if len(ids) > s.limits.max_prompt_tokens:
-            raise field_error(field, "max_tokens", f"{len(ids)} tokens, more than {s.limits.max_prompt_tokens}")
+        if len(ids) > s.max_prompt_tokens:
+            raise field_error(field, "max_tokens", f"{len(ids)} tokens, more than {s.max_prompt_tokens}")
         return ids
 
     def version(self, model_version: int | None) -> int | None:
@@ -142,8 +142,8 @@ class GenerationService:
         elif choice.named:
             version = self.held(version, choice)
         if not self._admitted.acquire(blocking=False):
-            s = self.settings
-            raise busy(f"{s.limits.max_concurrent_generations} generations are running and {s.limits.max_waiting_generations} "
+            s = self.settings.limits
+            raise busy(f"{s.max_concurrent_generations} generations are running and {s.max_waiting_generations} "
                        "waiting", retry_after_s=1)
         self.metrics.admitted.inc()
         slot = Slot(self._admitted, self.metrics.admitted.dec)

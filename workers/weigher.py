@@ -57,7 +57,8 @@ class Weigher:
         phi = self.phi().weights if how == "train_attention" else None
         answers = [p.answer for p in own]
         method = self.method(record["method"])
-        weights = examples.token_weights(doc, how, answers, phi, self.settings.training.weight_threshold, method.weight_floor)
+        weights = examples.token_weights(doc, how, answers, phi, self.settings.training.weight_threshold,
+                                         method.weight_floor)
         if not any(weights[1:]):
             weights = examples.token_weights(doc, "uniform", [], None, 0.0)
         made = examples.document_examples(doc, weights, self.settings.training.window_tokens,

@@ -15,9 +15,9 @@ from tqdm import tqdm
 from core.model.loader import LoadedModel
 from core.scoring import encode_probe
 from research import lama_ckl
-from workers import weighting
 from research.train_attention import meta
 from research.train_attention.config import TrainConfig
+from workers import weighting
 from workers.train_attention import phi
 
 

@@ -97,7 +97,8 @@ def main(args: argparse.Namespace, settings: Settings) -> None:
         except ModuleNotFoundError as exc:
             raise SystemExit(f"ckl weights --png: {exc}") from exc
     loaded = load_model(settings, progress=lambda msg: print(msg, file=sys.stderr))
-    tokens = weigh_text(text, loaded.model, loaded.tokenizer, args.checkpoint or settings.training.phi_checkpoint or packaged_checkpoint(settings.model))
+    checkpoint = args.checkpoint or settings.training.phi_checkpoint or packaged_checkpoint(settings.model)
+    tokens = weigh_text(text, loaded.model, loaded.tokenizer, checkpoint)
     print(terminal(tokens))
     ranked = sorted(tokens[1:], key=lambda t: -t[1])[:10]
     print("most weighted: " + ", ".join(f"{t!r} {w:.2f}" for t, w in ranked))
