@@ -25,10 +25,14 @@ OFF = "off"  # a route: none of the version's state, the method runs as in versi
 @dataclass(frozen=True)
 class Choice:
     """The knowledge one request may use: the namespaces its prompt reaches (None: all, for the server's own
-    callers), and the documents by id and subjects by name it names instead of routing (none: routing)."""
+    callers), and the documents by id and subjects by name it names instead of routing (none: routing). A request
+    that puts its knowledge before the prompt as text (service/in_context.py) is routed on the prompt it sent
+    (`route_on`), and with `weights` False runs with every method off."""
     namespaces: frozenset[str] | None = None
     documents: frozenset[str] = frozenset()
     subjects: frozenset[str] = frozenset()
+    weights: bool = True
+    route_on: str | None = None
 
     def names(self) -> frozenset[str]:
         return self.documents | self.subjects

@@ -16,8 +16,9 @@ from core.served import Choice
 from core.state import Knowledge as VersionKnowledge
 from core.state import resolve, restored_by
 from service.errors import ApiError, busy, field_error
+from service.in_context import with_context
 from service.metrics import Metrics
-from service.schemas import DOCUMENT_NAME, Knowledge
+from service.schemas import DOCUMENT_NAME, Knowledge, KnowledgeAs
 from serving.batching import Scheduler
 from serving.generation import Generation, SamplingParams
 from serving.runtime import Runtime
@@ -122,15 +123,24 @@ class GenerationService:
                                   "per-document method can be chosen, by id or by subject") from None
         return version
 
+    def text_of(self, document_id: str) -> str | None:
+        """A routed document's text (None for one erased since the route was decided)."""
+        try:
+            return self.runtime.documents.get(document_id).get("text")
+        except UnknownDocument:
+            return None
+
     def loader(self, version: int | None) -> Callable[[], VersionKnowledge] | None:
         """How to load `version` if the served model does not hold it (None for version 0, always held)."""
         return (lambda: resolve(self.runtime.versions, version)) if version else None
 
     def stream(self, ids: list[int], params: SamplingParams, version: int | None = None,
-               knowledge: Chosen = "auto", caller: Caller | None = None) -> Admitted:
+               knowledge: Chosen = "auto", caller: Caller | None = None,
+               knowledge_as: KnowledgeAs = "weights") -> Admitted:
         """Text pieces, then the Generation. Checked now, before a streamed response sends anything: 404 for a
         version that cannot be asked, 422 for knowledge it does not hold or the caller may not name, 429 when as
-        many generations run and wait as the settings allow."""
+        many generations run and wait as the settings allow. `knowledge_as`: the knowledge as weights, as the
+        documents' text before the prompt, or both (service/in_context.py)."""
         scheduler = self.scheduler()
         version = self.version(version)
         choice = self.choice(knowledge, caller)
@@ -148,6 +158,15 @@ class GenerationService:
         self.metrics.admitted.inc()
         slot = Slot(self._admitted, self.metrics.admitted.dec)
         load = self.loader(version)
+        context: list[str] = []
+        if knowledge_as != "weights":
+            try:
+                made = with_context(self.serving(), ids, version, load, choice, knowledge_as, self.text_of,
+                                    self.settings.limits.max_prompt_tokens)
+            except BaseException:
+                slot.release()
+                raise
+            ids, choice, context = made.ids, made.choice, made.documents
         cancel = threading.Event()  # set by close(), from any thread: the decoder retires the sequence
 
         def pieces() -> Iterator[str | Generation]:
@@ -156,6 +175,7 @@ class GenerationService:
                     for item in items:
                         if isinstance(item, Generation):
                             self.metrics.generation(item.timing["first_token_s"], item.completion_tokens)
+                            item.knowledge_as, item.context = knowledge_as, context
                         yield item
             finally:
                 slot.release()
@@ -163,9 +183,11 @@ class GenerationService:
 
 
 def citation(result: Generation, knowledge: Chosen) -> dict[str, Any]:
-    """What an answer reports of the knowledge it used: its version, what the request chose, and each document
-    (with its route score and the key terms the prompt named) or method whose delta was on."""
-    return Knowledge(version=result.knowledge_version, chosen=knowledge, used=result.used).model_dump()
+    """What an answer reports of the knowledge it used: its version, what the request chose, each document (with
+    its route score and the key terms the prompt named) or method whose delta was on, and the documents whose text
+    went before the prompt."""
+    return Knowledge(version=result.knowledge_version, chosen=knowledge, used=result.used,
+                     knowledge_as=result.knowledge_as, context=result.context).model_dump()
 
 
 class Slot:

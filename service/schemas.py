@@ -45,6 +45,11 @@ def knowledge_choice(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
                          'characters each)') from None
 
 
+# How a request's knowledge answers: as the documents' deltas, as their text before the prompt, or both
+# (service/in_context.py).
+KnowledgeAs = Literal["weights", "context", "both"]
+
+
 class UsedKnowledge(BaseModel):
     """One delta an answer used: a routed document (its route score and the key terms the prompt named), or a
     method's whole learned state (`whole_version`)."""
@@ -56,10 +61,13 @@ class UsedKnowledge(BaseModel):
 
 
 class Knowledge(BaseModel):
-    """What answered: the knowledge version, what the request chose, and the deltas that were on."""
+    """What answered: the knowledge version, what the request chose, the deltas that were on, and the documents
+    whose text was put before the prompt."""
     version: int
     chosen: KnowledgeChoice
     used: list[UsedKnowledge]
+    knowledge_as: KnowledgeAs = "weights"
+    context: list[str] = []
 
 
 class GenerateRequest(Strict):
@@ -71,6 +79,7 @@ class GenerateRequest(Strict):
     seed: int | None = Field(None, ge=0, lt=2**63)  # torch's generator takes a signed 64-bit seed
     stream: bool = False  # Server-Sent Events: {"text"} pieces, then {"done": true, usage, knowledge}
     knowledge: KnowledgeChoice = "auto"
+    knowledge_as: KnowledgeAs = "weights"  # the knowledge as weights, as context before the prompt, or both
 
     _prompt = field_validator("prompt")(not_blank)
     _temperature = field_validator("temperature")(greedy_or_stable)

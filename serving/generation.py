@@ -31,6 +31,8 @@ class Generation:
     knowledge_version: int
     timing: dict[str, float] = field(default_factory=dict)
     used: list[dict[str, Any]] = field(default_factory=list)  # the knowledge that answered (ServingModel.cite)
+    knowledge_as: str = "weights"  # how: as weights, as context, or both (service/in_context.py)
+    context: list[str] = field(default_factory=list)  # the documents whose text went before the prompt
 
 
 def sample_token(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> int:

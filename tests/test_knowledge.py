@@ -62,7 +62,8 @@ def test_answers_cite_the_documents_that_answered_and_chosen_knowledge_answers_t
         base = client.post("/v1/completions", json={"model": "ckl-v0", "prompt": PROMPT, "max_tokens": 4,
                                                     "temperature": 0}).json()
         assert off["text"] == base["choices"][0]["text"] and off["text"].split()[:1] != ["marnhold"]
-        assert off["knowledge"] == {"version": 0, "chosen": "off", "used": []}
+        assert off["knowledge"] == {"version": 0, "chosen": "off", "used": [], "knowledge_as": "weights", "context": []}
+        assert_knowledge_as_context(client, veltoria, auto["knowledge"]["used"])
 
         # Streamed: the last event carries it; OpenAI: the extension field, sent and read by the official client.
         raw = client.post("/generate", json={"prompt": PROMPT, "max_new_tokens": 4, "stream": True})
@@ -77,6 +78,18 @@ def test_answers_cite_the_documents_that_answered_and_chosen_knowledge_answers_t
         assert chunks[-1].knowledge["version"] == 2 and not hasattr(chunks[0], "knowledge")
 
         assert_unknown_knowledge_is_refused(client, brennoria)
+
+
+def assert_knowledge_as_context(client, veltoria: str, used: list[dict]) -> None:
+    """As context: the routed document's text before the prompt, every delta off, the same tokens as that prompt sent
+    to version 0; as both: the deltas on too."""
+    context = ask(client, knowledge_as="context")
+    assert context["knowledge"]["context"] == [veltoria] and context["knowledge"]["used"] == []
+    by_hand = ask(client, "off", prompt=VELTORIA["text"] + "\n" + PROMPT)
+    assert (context["text"], context["prompt_tokens"]) == (by_hand["text"], by_hand["prompt_tokens"])
+    both = ask(client, knowledge_as="both")
+    assert both["knowledge"]["context"] == [veltoria] and both["knowledge"]["used"] == used
+    assert ask(client, prompt="the capital of", knowledge_as="both")["knowledge"]["context"] == []
 
 
 def assert_unknown_knowledge_is_refused(client, taught_in_2: str) -> None:

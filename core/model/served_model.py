@@ -119,7 +119,10 @@ class ServingModel:
     def routes(self, version: int, prompt: str, choice: Choice = ROUTED) -> Routes:
         """Each method's route for a prompt, decided once and held for the whole request: the documents the prompt is
         routed to within the choice's namespaces (core/routing/), or only the knowledge it names (UnknownKnowledge if
-        `version` holds nothing by one of its names: only documents can be named, so whole-version methods are OFF)."""
+        `version` holds nothing by one of its names: only documents can be named, so whole-version methods are OFF).
+        A choice without weights turns every method OFF."""
+        if not choice.weights:
+            return {name: OFF for name in self.methods}
         table = self._knowledge[version].table
         if not choice.named:
             return by_method(route(prompt, table.keys(choice.namespaces), self.threshold), table.method_of,
@@ -135,7 +138,8 @@ class ServingModel:
                choice: Choice = ROUTED) -> tuple[Routes, list[dict[str, Any]]]:
         """A request's routes, decided on its whole prompt and held for every token of its answer, and what they
         use (`cite`)."""
-        prompt = self.tokenizer.decode(prompt_ids, skip_special_tokens=True)
+        prompt = self.tokenizer.decode(prompt_ids, skip_special_tokens=True) if choice.route_on is None \
+            else choice.route_on
         routes = self.routes(version, prompt, choice)
         return routes, self.cite(version, prompt, routes)
 
@@ -145,7 +149,7 @@ class ServingModel:
         knowledge = self._knowledge.get(version, Knowledge())
         keys, used = knowledge.table.keys(), []
         for name in self.methods:
-            if self.per_document[name]:
+            if self.per_document[name] and routes.get(name) != OFF:
                 used += [{"method": name, "document_id": d, **evidence(words(prompt), keys.key_of(d))}
                          for d in routes.get(name) or ()]
             elif name in knowledge.states and routes.get(name) != OFF:

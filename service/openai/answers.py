@@ -41,8 +41,9 @@ PINNED = re.compile(r"^ckl-v(\d{1,10})$")  # longer numbers name no version (MAX
 COMPLETION_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions (chat defaults to the server's cap)
 MAX_STOPS = 8
 LISTED_VERSIONS = 100  # /v1/models lists the newest; a list of every version grows with every document
-# A model without a chat template gets this plain format (documented in docs/api.md).
-PLAIN_CHAT = {"system": "System: {}\n", "user": "User: {}\n", "assistant": "Assistant: {}\n"}
+# A model without a chat template (a base model) gets the question-and-answer format it reads best, the one taught
+# documents are trained to answer in (workers/facts.py: as_question; documented in docs/api.md).
+PLAIN_CHAT = {"system": "{}\n", "user": "Question: {}\n", "assistant": "Answer: {}\n"}
 
 
 def pinned_version(model: str) -> int | None:
@@ -62,7 +63,7 @@ def chat_prompt(tokenizer: Any, messages: list[ChatMessage]) -> str:
     turns = [{"role": m.role, "content": m.content} for m in messages]
     if getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
-    return "".join(PLAIN_CHAT[t["role"]].format(t["content"]) for t in turns) + "Assistant:"
+    return "".join(PLAIN_CHAT[t["role"]].format(t["content"]) for t in turns) + "Answer:"
 
 
 def sampling_params(req: OpenAIRequest, default_tokens: int, tokens: int | None = None) -> SamplingParams:
@@ -124,7 +125,7 @@ def start(generations: GenerationService, req: OpenAIRequest, caller: Caller, pr
     params = sampling_params(req, default_tokens, tokens)
     version = pinned_version(req.model)
     ids = generations.prompt_ids(prompt, params.max_new_tokens, tokens_field="max_tokens")
-    pieces = generations.stream(ids, params, version, req.knowledge, caller)
+    pieces = generations.stream(ids, params, version, req.knowledge, caller, req.knowledge_as)
     return Run(pieces, version, f"{id_prefix}-{uuid.uuid4().hex}", int(time.time()), req.model, req.knowledge)
 
 

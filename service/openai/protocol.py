@@ -5,16 +5,16 @@ Streamed chunks are sent with exclude_unset (as vLLM sends them): a field a chun
 its JSON, so a chunk model gives defaults only to what a chunk may leave out (`usage` but on the last chunk,
 `role` but in the first delta); a None given stays in, as null.
 
-One extension on both sides: `knowledge` in a request (the official client sends it with `extra_body`) chooses
-what answers as on /generate, and `knowledge` in a response (a whole one, or the last chunk; the client keeps
-fields it does not know) says what answered."""
+Extensions on both sides: `knowledge` and `knowledge_as` in a request (the official client sends them with
+`extra_body`) choose what answers and how as on /generate, and `knowledge` in a response (a whole one, or the last
+chunk; the client keeps fields it does not know) says what answered."""
 from __future__ import annotations
 
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from service.schemas import Knowledge, KnowledgeChoice, greedy_or_stable, knowledge_choice
+from service.schemas import Knowledge, KnowledgeAs, KnowledgeChoice, greedy_or_stable, knowledge_choice
 
 MODEL = "ckl"  # the current knowledge version; "ckl-v<N>" pins version N
 
@@ -33,6 +33,7 @@ class OpenAIRequest(BaseModel):
     seed: int | None = Field(None, ge=0, lt=2**63)
     logprobs: Any = None
     knowledge: KnowledgeChoice = "auto"  # extension: the knowledge to answer with (/generate's field)
+    knowledge_as: KnowledgeAs = "weights"  # extension: as weights, as context, or both (/generate's field)
 
     _temperature = field_validator("temperature")(greedy_or_stable)
     _knowledge = field_validator("knowledge", mode="wrap")(knowledge_choice)

@@ -20,7 +20,7 @@ router = APIRouter()
 def generate_text(req: GenerateRequest, generations: GenerationsDep, caller: GenerateCaller) -> Any:
     ids = generations.prompt_ids(req.prompt, req.max_new_tokens)
     params = SamplingParams(req.max_new_tokens, req.temperature, req.top_p, tuple(req.stop), req.seed)
-    pieces = generations.stream(ids, params, knowledge=req.knowledge, caller=caller)
+    pieces = generations.stream(ids, params, knowledge=req.knowledge, caller=caller, knowledge_as=req.knowledge_as)
     if not req.stream:
         *_, result = pieces
         return GenerateResponse(**whole(result, req.knowledge))
