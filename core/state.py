@@ -5,6 +5,7 @@ method: where each document's delta is stored)."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +14,7 @@ from core.namespaces import SHARED, namespace_of, within
 from core.probes import from_json
 from core.routing.table import Table, compose
 from core.scoring import Probe
-from core.subjects import without_time_markers
+from core.subjects import without_time_markers, words
 from core.versions import UnknownVersion, VersionStore
 
 
@@ -145,11 +146,14 @@ def same_prompt(a: str, b: str) -> bool:
     return prompt_key(a) == prompt_key(b)
 
 
-def replaced_by(own: list[Probe], supersedes: list[str], learned: list[LearnedFact]) -> list[LearnedFact]:
+def replaced_by(own: list[Probe], supersedes: list[str], learned: list[LearnedFact], changed: Iterable[str] = (),
+                about: set[str] = frozenset()) -> list[LearnedFact]:
     """The learned facts a new document replaces: those with a prompt one of its probes asks with another answer,
-    and those it names in `supersedes` (a document id: all its facts; else a probe prompt)."""
+    those it names in `supersedes` (a document id: all its facts; else a probe prompt), and those about what it is
+    about (`about`: its subjects' words) whose answer it says is no longer so (`changed`: "from Stockholm to Oslo")."""
     def replaced(fact: LearnedFact) -> bool:
         asked_again = any(same_prompt(p.prompt, fact.probe.prompt) and p.answer != fact.probe.answer for p in own)
         named = any(s == fact.document_id or same_prompt(s, fact.probe.prompt) for s in supersedes)
-        return asked_again or named
+        told = fact.probe.answer in changed and bool(words(fact.probe.prompt) & about)
+        return asked_again or named or told
     return [fact for fact in learned if replaced(fact)]

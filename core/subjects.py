@@ -19,7 +19,8 @@ POSSESSIVE = re.compile(r"['’]s$")
 # Capitalised only because a sentence or a title starts with them, or glue inside a name ("University of Oxford").
 FUNCTION_WORDS = frozenset("""a an the of in on at for to by from with and or but as is was are were be this that these
 those it he she they we i you there here its his her their our my your after before since during now last next every
-each some most all what which who whom whose where when why how de la le du des van von der den di da del""".split())
+each some most all what which who whom whose where when why how under over into through across against among
+between until while although because if than then so also de la le du des van von der den di da del""".split())
 GLUE = frozenset({"of", "de", "la", "le", "du", "des", "van", "von", "der", "den", "di", "da", "del", "the"})
 CALENDAR = frozenset("""january february march april may june july august september october november december
 monday tuesday wednesday thursday friday saturday sunday today yesterday tomorrow""".split())

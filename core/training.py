@@ -69,30 +69,64 @@ def sequence_nll(nll: torch.Tensor, weights: torch.Tensor, rows: torch.Tensor,
     return torch.where(used, num / den.clamp_min(torch.finfo(den.dtype).tiny), 0.0), used
 
 
+def take(examples: list[Example], at: int, size: int, max_tokens: int | None = None) -> tuple[list[Example], int]:
+    """Up to `size` examples and `max_tokens` tokens (at least one) from position `at`, wrapping around, never one
+    twice; and the position after them."""
+    batch, tokens = [], 0
+    while len(batch) < min(size, len(examples)):
+        example = examples[at % len(examples)]
+        if batch and max_tokens is not None and tokens + len(example.input_ids) > max_tokens:
+            break
+        batch.append(example)
+        tokens += len(example.input_ids)
+        at += 1
+    return batch, at
+
+
 def batches(examples: list[Example], size: int, steps: int, max_tokens: int | None = None) -> list[list[Example]]:
     """`steps` batches of up to `size` examples and `max_tokens` tokens (at least one example), taken in order,
     wrapping around: a batch never holds an example twice."""
     made, at = [], 0
     for _ in range(steps):
-        batch, tokens = [], 0
-        while len(batch) < min(size, len(examples)):
-            example = examples[at % len(examples)]
-            if batch and max_tokens is not None and tokens + len(example.input_ids) > max_tokens:
-                break
-            batch.append(example)
-            tokens += len(example.input_ids)
-            at += 1
+        batch, at = take(examples, at, size, max_tokens)
         made.append(batch)
     return made
 
 
 def step_batches(examples: list[Example], pinned: list[Example], size: int, steps: int,
                  max_tokens: int) -> list[list[Example]]:
-    """Each step's batch: the pinned examples, then the others in turn in what is left of `size` and `max_tokens`."""
+    """Each step's batch: the pinned examples, then the others in turn in what is left of `size` and `max_tokens`.
+    Pinned examples that would leave no room (an article's many facts, each also asked as a question) come round in
+    turn too, in three quarters of the step's tokens: a step costs its tokens, however many facts a document states.
+    Short pinned examples cost little beside a window: a step computes examples of unlike lengths apart
+    (UpdateMethod.losses)."""
     rest = [e for e in examples if e not in pinned]
-    room = max(1, max_tokens - sum(len(e.input_ids) for e in pinned))
-    rounds = batches(rest, max(1, size - len(pinned)), steps, room) if rest else [[] for _ in range(steps)]
-    return [list(pinned) + batch for batch in rounds]
+    pinned_tokens = sum(len(e.input_ids) for e in pinned)
+    room_tokens = max_tokens * 3 // 4
+    if pinned_tokens > room_tokens:
+        kept = batches(list(pinned), len(pinned), steps, room_tokens)
+    else:
+        kept = [list(pinned)] * steps
+    made, at = [], 0
+    for step in kept:
+        batch, at = take(rest, at, max(1, size - len(step)), max(1, max_tokens - sum(len(e.input_ids) for e in step)))
+        made.append(step + batch)
+    return made
+
+
+PADDING_SHARE = 2.0  # a group's longest example at most this many times its shortest
+
+
+def by_length(lengths: list[int]) -> list[list[int]]:
+    """The examples' indices in groups of similar length, shortest first: a new group where an example is more than
+    PADDING_SHARE times the group's shortest."""
+    groups: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        if groups and lengths[i] <= PADDING_SHARE * lengths[groups[-1][0]]:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
 
 
 def most_at_risk(losses: list[float], n: int) -> list[int]:
@@ -110,6 +144,7 @@ class UpdateMethod(ABC):
     name: str
     sentence_contexts = False  # also train each later sentence of a document on its own (workers/contexts.py)
     probe_contexts = False  # also train on the document's probes (prompt -> answer, the answer's tokens weighted)
+    question_contexts = False  # and on each probe asked as a question (workers/facts.py: as_question)
     extra_steps = 0  # steps trained after the probes first pass
     weight_floor = 0.0  # phi's weights: 0 cuts the small ones (CKL_TRAINING_WEIGHT_THRESHOLD); > 0 floors them
 
@@ -182,7 +217,19 @@ class UpdateMethod(ABC):
         return make_optimizer(self.config.optimizer, self.parameters(), learning_rate or self.config.learning_rate)
 
     def losses(self, batch: list[Example]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each example's weighted loss, and which examples have any weight (sequence_nll)."""
+        """Each example's weighted loss, and which examples have any weight (sequence_nll). Examples of very
+        different lengths (a document's window beside its short probes) run as separate passes (`by_length`): one
+        padded batch would pay the longest one's length for every row."""
+        groups = by_length([len(e.input_ids) for e in batch])
+        if len(groups) == 1:
+            return self._padded_losses(batch)
+        parts = [self._padded_losses([batch[i] for i in group]) for group in groups]
+        order = torch.tensor([i for group in groups for i in group], device=self.device)
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(len(order), device=self.device)
+        return torch.cat([p for p, _ in parts])[inverse], torch.cat([u for _, u in parts])[inverse]
+
+    def _padded_losses(self, batch: list[Example]) -> tuple[torch.Tensor, torch.Tensor]:
         ids, mask = pad_batch([e.input_ids for e in batch], self.tokenizer.pad_token_id or 0, self.device)
         rows, cols, targets, weights = weighted_positions(batch, self.device)
         return sequence_nll(next_token_nll(self.model, ids, mask, rows, cols, targets), weights, rows, len(batch))

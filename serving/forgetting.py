@@ -30,6 +30,8 @@ def version_row(manifest: dict[str, Any]) -> dict[str, Any]:
         "created_at": manifest.get("created_at"),
         "delta_bytes": manifest.get("delta_bytes", 0),
         "replaces": len(manifest.get("replaces", [])),  # facts of earlier documents it replaced
+        # facts found in its document that it did not learn (committed partly: `not_learned` names them)
+        "not_learned": sum(not f["learned"] for f in manifest.get("facts", [])),
         "removes": manifest.get("removes"),  # the document a removal took out
     }
 
@@ -40,6 +42,15 @@ def replacements(versions: VersionStore, version: int) -> list[dict[str, Any]]:
     return versions.memo(("replacements", version), lambda: [
         {**replaced, "replaced_by": manifest["documents"][0], "in_version": manifest["version"]}
         for manifest in learned_manifests(versions, version) for replaced in manifest.get("replaces", [])])
+
+
+def not_learned(versions: VersionStore, version: int) -> list[dict[str, Any]]:
+    """Every document along the lineage committed partly: the facts found in it that it did not learn."""
+    return versions.memo(("not_learned", version), lambda: [
+        {"document_id": manifest["documents"][0], "version": manifest["version"],
+         "facts": [{"prompt": f["prompt"], "answer": f["answer"]} for f in manifest["facts"] if not f["learned"]]}
+        for manifest in learned_manifests(versions, version)
+        if any(not f["learned"] for f in manifest.get("facts", []))])
 
 
 def report(versions: VersionStore, suites: ProbeSuites, documents: DocumentStore, last: int = 10) -> dict[str, Any]:
@@ -66,6 +77,7 @@ def report(versions: VersionStore, suites: ProbeSuites, documents: DocumentStore
         "history": rows,
         "events": versions.events()[-last:],
         "replaced": replacements(versions, current),
+        "not_learned": not_learned(versions, current),
         "last_rejections": [
             {"document_id": d["document_id"], "reason": (d["gate"] or {}).get("reason"),
              "scores": d["scores"], "at": d["updated_at"]}

@@ -81,9 +81,3 @@ def word_index(text: str, word: str) -> int:
 def test_floored_weights_keep_every_token_and_phis_order():
     assert weighting.floored([0.0, 0.2, 1.0, 0.6], 0.5) == [0.0, 0.6, 1.0, 0.8]
     assert weighting.floored([0.0, 0.0, 0.0], 0.5) == [0.0, 1.0, 1.0]  # no signal: uniform
-
-
-def test_an_auto_probe_whose_answer_is_another_probes_subject_is_dropped():
-    made = [("The Republic of", "Veltoria"), ("The capital of Veltoria is", "Marnhold")]
-    assert examples.without_subject_answers(made) == [("The capital of Veltoria is", "Marnhold")]
-    assert examples.without_subject_answers(made[1:]) == made[1:]

@@ -13,7 +13,7 @@ from core.routing.candidate import Candidate
 from core.routing.table import Table, Taught
 from core.scoring import Probe, encode_probe
 from core.settings import Settings
-from core.training import Example, batches, most_at_risk
+from core.training import Example, batches, by_length, most_at_risk, step_batches
 from methods.routed import storage
 from methods.routed.layer import RoutedLora
 from methods.routed.serving import Deltas, lora_shape
@@ -284,3 +284,25 @@ def test_a_version_made_from_its_held_parent_serves_as_one_composed_from_its_lin
         assert torch.equal(grown.run(2, lambda m: m(ids).logits, routes),
                            composed.run(2, lambda m: m(ids).logits, routes))
     assert grown.routes(2, "the capital of quessia is")["routed"] is not None
+
+
+def test_examples_of_different_lengths_lose_the_same_in_passes_of_similar_length(tiny):
+    """A document's long window beside its short probes runs as two passes, not one padded to the longest: each
+    example's loss is what one padded pass gives, in the batch's order."""
+    method = RoutedMethod(tiny.model, tiny.tokenizer, Settings())
+    ids = tiny.tokenizer("the capital of veltoria is marnhold")["input_ids"]
+    batch = [Example((ids * 8)[:48], [1.0] * 48), Example(ids, [0.0] * (len(ids) - 1) + [1.0]),
+             Example(ids[:4], [0.0, 1.0, 1.0, 1.0])]
+    assert by_length([48, 8, 4]) == [[2, 1], [0]] and by_length([4, 4, 9]) == [[0, 1], [2]]
+    grouped, used = method.losses(batch)
+    padded, padded_used = method._padded_losses(batch)
+    assert torch.equal(used, padded_used) and torch.allclose(grouped, padded, atol=1e-4)
+
+
+def test_pinned_examples_past_their_share_of_a_step_come_round_in_turn():
+    pinned = [Example([n] * 10, [1.0] * 10) for n in range(6)]  # 60 tokens, over three quarters of 64
+    windows = [Example([9] * 30, [1.0] * 30)]
+    made = step_batches(windows, pinned, 8, 3, max_tokens=64)
+    assert [[e.input_ids[0] for e in batch] for batch in made] == [[0, 1, 2, 3, 9], [4, 5, 0, 1, 9], [2, 3, 4, 5, 9]]
+    few = step_batches(windows, pinned[:2], 8, 2, max_tokens=64)
+    assert all(batch[:2] == pinned[:2] for batch in few)  # within their share: in every step

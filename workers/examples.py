@@ -5,7 +5,6 @@ One module for the learner and every benchmark, so a benchmark measures the exam
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -13,7 +12,7 @@ from core import registry, routing, subjects
 from core.scoring import join_probe
 from core.settings import Settings
 from core.training import Example
-from workers import contexts, weighting
+from workers import contexts, facts, weighting
 
 WEIGHTINGS = ("train_attention", "uniform", "oracle")
 
@@ -66,10 +65,13 @@ def document_examples(doc: Encoded, weights: list[float], window: int, bos_token
     return examples
 
 
-def probe_examples(tokenizer, probes: list[tuple[str, str]]) -> list[Example]:
+def probe_examples(tokenizer, probes: list[tuple[str, str]], questions: bool = False) -> list[Example]:
     """Each probe as text, with weight on its answer's tokens only; a news prompt also without its time markers
-    ("... is now" is asked as "... is")."""
+    ("... is now" is asked as "... is"); with `questions`, each cloze also asked as a question (facts.as_question:
+    a reader asks "Question: Who is the founder of X?" of what the document states)."""
     variants = [(subjects.without_time_markers(prompt), answer) for prompt, answer in probes]
+    if questions:
+        variants += [(asked, answer) for prompt, answer in probes if (asked := facts.as_question(prompt, answer))]
     examples = []
     for prompt, answer in dict.fromkeys([*probes, *variants]):
         doc = encode(tokenizer, join_probe(prompt, answer))
@@ -82,11 +84,11 @@ def probe_examples(tokenizer, probes: list[tuple[str, str]]) -> list[Example]:
 def auto_probes(doc: Encoded, weights: list[float], min_prompt_words: int = 3) -> list[tuple[str, str]]:
     """Probes made from the document itself, for a document sent without any: the questions a reader would ask.
 
-    The answer is what a fact gives about its subject: in each sentence, the name (or, in a document without one,
-    the number) that phi weighs most, never one of the document's subjects (a name a sentence starts with, or one
-    used in two sentences), and the prompt is the sentence up to it, without time markers ("is now" asks "is").
-    A document with neither gets one probe: its rarest word (phi's weight breaking ties), a subject's only when
-    there is no other."""
+    One per fact the text gives (workers/facts.py): every name (never one of the document's subjects:
+    facts.main_subjects) and number a sentence gives, asked by the sentence up to it,
+    without time markers ("is now" asks "is"), and the facts a reader asks the other way round; at most MAX_FACTS,
+    those phi weighs most. A document with none gets one probe: its rarest word (phi's weight breaking ties), a
+    subject's only when there is no other."""
     sentences = sentence_spans(doc.text)
     spans = subjects.name_spans(doc.text)
     subject_words = {w for name in document_subjects(doc.text, sentences, spans) for w in name.split()}
@@ -94,32 +96,32 @@ def auto_probes(doc: Encoded, weights: list[float], min_prompt_words: int = 3) -
     def answer_weight(begin: int, end: int) -> float:
         return max((w for w, (a, b) in zip(weights, doc.offsets) if a < end and b > begin and b > a), default=0.0)
 
-    def best_per_sentence(candidates: list[tuple[int, int]], rank: Callable[[int, int], float] = answer_weight,
-                          least_words: int = min_prompt_words) -> list[tuple[float, str, str]]:
-        made = []
-        for begin, end in sentences:
-            inside = [(a, b) for a, b in candidates if begin <= a < end and len(doc.text[begin:a].split()) >= least_words]
-            if inside:
-                a, b = max(inside, key=lambda span: (rank(*span), span[0]))
-                prompt = subjects.without_time_markers(doc.text[begin:a].strip())  # what a reader asks
-                made.append((rank(a, b), prompt, doc.text[a:b].strip()))
-        return made
-
-    names = [(a, b) for a, b, name in spans if not set(name.split()) <= subject_words]
-    numbers = [m.span() for m in NUMBER.finditer(doc.text)]
-    if made := best_per_sentence(names) or best_per_sentence(numbers):
-        return [(prompt, answer) for _, prompt, answer in made]
+    if made := facts.found(doc.text, sentences, spans, answer_weight, min_prompt_words):
+        kept = set(sorted(made, key=lambda m: -m[0])[:MAX_FACTS])
+        return [(prompt, answer) for w, prompt, answer in made if (w, prompt, answer) in kept]
     # Among the other words, one English never uses is most likely what the document teaches; a short sentence
     # ("Driva is a river.") still gives its last word.
     words = [m.span() for m in subjects.WORD.finditer(doc.text) if m.group().lower() not in subjects.FUNCTION_WORDS]
     other = [(a, b) for a, b in words if doc.text[a:b].lower() not in subject_words]
     rarest = lambda a, b: subjects.weight(doc.text[a:b].lower()) + answer_weight(a, b)
-    made = (best_per_sentence(other, rarest) or best_per_sentence(other, rarest, least_words=1)
-            or best_per_sentence(words, rarest, least_words=1))
+
+    def best_per_sentence(candidates: list[tuple[int, int]], least_words: int) -> list[tuple[float, str, str]]:
+        made = []
+        for begin, end in sentences:
+            inside = [(a, b) for a, b in candidates
+                      if begin <= a < end and len(doc.text[begin:a].split()) >= least_words]
+            if inside:
+                a, b = max(inside, key=lambda span: (rarest(*span), span[0]))
+                made.append((rarest(a, b), subjects.without_time_markers(doc.text[begin:a].strip()),
+                             doc.text[a:b].strip()))
+        return made
+
+    made = (best_per_sentence(other, min_prompt_words) or best_per_sentence(other, 1)
+            or best_per_sentence(words, 1))
     return [(prompt, answer) for _, prompt, answer in sorted(made, reverse=True)[:1]]
 
 
-NUMBER = re.compile(r"\b\d[\d,.]*\d\b|\b\d\b")
+MAX_FACTS = 24  # an article of 800 words states about 20
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:
@@ -148,23 +150,21 @@ def document_subjects(text: str, sentences: list[tuple[int, int]], spans: list[t
     return found | {name for name, where in used_in.items() if len(where) > 1}
 
 
+def about_words(text: str) -> set[str]:
+    """The words of the names a document is about (facts.main_subjects)."""
+    about = facts.main_subjects(text, sentence_spans(text), subjects.name_spans(text))
+    return set().union(*(subjects.words(name) for name in about))
+
+
 def checkable_auto_probes(doc: Encoded, weights: list[float],
                           unreachable: Callable[[list[tuple[str, str]]], list[str]]) -> list[tuple[str, str]]:
-    """The auto-probes a document is trained and gated on: those whose answer is not another's subject, less those
-    its method could not route to it (`unreachable`: their prompts; the key depends on all the probes, so again
-    until none is left out)."""
-    made = without_subject_answers(auto_probes(doc, weights))
+    """The auto-probes a document is trained and gated on: those its method can route to it (`unreachable`: the
+    prompts it could not; an answer is left out of a routed document's key and the key depends on all the probes, so
+    again until none is left out)."""
+    made = auto_probes(doc, weights)
     while left_out := set(unreachable(made)):
         made = [(prompt, answer) for prompt, answer in made if prompt not in left_out]
     return made
-
-
-def without_subject_answers(made: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Auto-probes less those whose answer another probe's prompt names: that answer is what the other probe is
-    about (the subject: "The Republic of" -> "Veltoria"), not what the document teaches, and as an answer it
-    would be left out of a routed document's key, so no probe could reach the document."""
-    return [(prompt, answer) for prompt, answer in made
-            if not any(subjects.words(answer) & subjects.words(other) for other, _ in made if other != prompt)]
 
 
 def unreachable(method: str, text: str, settings: Settings) -> Callable[[list[tuple[str, str]]], list[str]]:

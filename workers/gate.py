@@ -40,6 +40,7 @@ class Decision:
     accepted: bool
     reason: str
     checks: list[dict[str, Any]] = field(default_factory=list)
+    broken: list[dict[str, str]] = field(default_factory=list)  # what a rejected candidate lost (`lost`)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,8 +77,26 @@ def kept_share(before: list[float | None], after: list[float | None]) -> tuple[f
     return (sum(a == 1.0 for a in passing) / len(passing), len(passing)) if passing else None
 
 
+# The suites whose lost probes a rejection names; must-keep probes are an admin's, not shown to a teach key.
+NAMED_LOSSES = ("learned", "neighbours", "nf")
+LOSSES_NAMED = 10
+
+
+def lost(suites: dict[str, list[Any]], before: SuiteScores, after: SuiteScores) -> list[dict[str, str]]:
+    """The probes that passed in the parent and fail in the candidate (the first LOSSES_NAMED): the learned facts,
+    neighbour prompts and not-to-forget probes a rejected candidate broke."""
+    found = [{"suite": name, "prompt": probe.prompt, "answer": probe.answer}
+             for name in NAMED_LOSSES
+             for probe, b, a in zip(suites.get(name, []), getattr(before, name), getattr(after, name))
+             if b == 1.0 and a is not None and a != 1.0]
+    return found[:LOSSES_NAMED]
+
+
 def decide(before: SuiteScores, after: SuiteScores, *, nf_version_0: float, nf_tolerance: float,
-           learned_tolerance: float, require_own_probes: bool, neighbour_tolerance: float = 0.0) -> Decision:
+           learned_tolerance: float, require_own_probes: bool, neighbour_tolerance: float = 0.0,
+           made_probes: bool = False) -> Decision:
+    """`made_probes`: the document's probes are the facts the service found in it (it was sent without any): it
+    passes with any of them learned, and the record names those that were not (a partial commit, never silent)."""
     checks = []
 
     def check(name: str, ok: bool, value: float | None, limit: float | None, rule: str) -> None:
@@ -101,7 +120,10 @@ def decide(before: SuiteScores, after: SuiteScores, *, nf_version_0: float, nf_t
     if keep_before is not None and keep_after is not None:
         check("must_keep", keep_after >= keep_before - 1e-9, keep_after, keep_before, "must-keep accuracy never drops")
     own = accuracy(after.own)
-    if require_own_probes and own is not None:
+    if require_own_probes and own is not None and made_probes:
+        check("own_probes", any(s == 1.0 for s in after.own), own, 1 / len(after.own),
+              "at least one fact found in the document is learned (those not learned are named on the record)")
+    elif require_own_probes and own is not None:
         check("own_probes", all(s == 1.0 for s in after.own), own, 1.0, "every probe of the document passes")
     failed = [c for c in checks if not c["passed"]]
     if failed:

@@ -18,18 +18,21 @@ class AutoProbePreview:
         self._lock = threading.Lock()
 
     def __call__(self, serving: ServingModel, text: str, method: str) -> list[tuple[str, str]] | None:
-        """The probes the learner would make for `text` taught with `method`; None where it would make none (no
-        Train-Attention checkpoint for this model). phi's pass over the text is one step of the decoder's."""
+        """The probes the learner would make for `text` taught with `method`; None where it would make none (a phi
+        that does not fit the model: the learner fails such a document). phi's pass over the text is one step of the
+        decoder's; without a phi for the model every token weighs the same, as in the learner."""
         path = checkpoint_for(self.settings.training.phi_checkpoint, serving.name)
+        doc = examples.encode(serving.tokenizer, text)
         if path is None:
-            return None
+            return examples.checkable_auto_probes(doc, [1.0] * len(doc.ids),
+                                                  examples.unreachable(method, text, self.settings))
         with self._lock:
             if self._phi is None:
                 try:
                     self._phi = TrainAttention.from_path(serving.model, path)
                 except PhiMismatch:  # the learner fails such a document, with the reason on its record
                     return None
-        phi, doc = self._phi, examples.encode(serving.tokenizer, text)
+        phi = self._phi
         weights = serving.run(0, lambda model: phi.weights(doc.ids))
         return examples.checkable_auto_probes(doc, weights, examples.unreachable(method, text, self.settings))
 

@@ -64,25 +64,25 @@ class Weigher:
         made = examples.document_examples(doc, weights, self.settings.training.window_tokens,
                                           self.tokenizer.bos_token_id, method.sentence_contexts)
         if method.probe_contexts:
-            made += self.probe_examples(own)
+            made += self.probe_examples(own, method.question_contexts)
         ranked = sorted(range(len(doc.ids)), key=lambda i: -weights[i])[:TOP_WEIGHTED]
         top = [{"token": self.tokenizer.decode([doc.ids[i]]), "weight": round(weights[i], 4), "position": i}
                for i in sorted(ranked) if weights[i] > 0]
         heat = [[self.tokenizer.decode([token]), round(weights[i], 3)] for i, token in enumerate(doc.ids[:HEAT_TOKENS])]
         return made, {"top_weighted_tokens": top, "token_weights": heat}
 
-    def probe_examples(self, probes: list[Probe]) -> list[Example]:
-        """Each probe as text with weight on its answer only."""
-        return examples.probe_examples(self.tokenizer, [(p.prompt, p.answer) for p in probes])
+    def probe_examples(self, probes: list[Probe], questions: bool = False) -> list[Example]:
+        """Each probe as text with weight on its answer only (with `questions`, also asked as a question)."""
+        return examples.probe_examples(self.tokenizer, [(p.prompt, p.answer) for p in probes], questions)
 
-    def auto_probes(self, record: dict[str, Any]) -> list[Probe] | None:
-        """For a document sent without probes: probes made from its text with phi's weights, those its method
-        can answer (a routed method: prompts that name the document's key). None when there is no phi to make
-        them with."""
-        if self.weighting("train_attention") != "train_attention":
-            return None
+    def auto_probes(self, record: dict[str, Any]) -> list[Probe]:
+        """For a document sent without probes: probes made from its text (phi's weights rank them where there is a
+        phi for the model, else every token weighs the same), those its method can answer (a routed method: prompts
+        that name the document's key)."""
         doc = examples.encode(self.tokenizer, record["text"])
         self.method(record["method"])  # built before phi reads the text, as every job's method is
-        made = examples.checkable_auto_probes(doc, self.phi().weights(doc.ids),
+        weights = self.phi().weights(doc.ids) if self.weighting("train_attention") == "train_attention" \
+            else [1.0] * len(doc.ids)
+        made = examples.checkable_auto_probes(doc, weights,
                                               examples.unreachable(record["method"], record["text"], self.settings))
         return [Probe(prompt, answer, namespace_of(record)) for prompt, answer in made]

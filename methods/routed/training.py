@@ -35,6 +35,7 @@ class RoutedMethod(UpdateMethod):
         self.state = Deltas()
         self.extra_steps = self.config.extra_steps
         self.weight_floor = self.config.weight_floor
+        self.question_contexts = self.config.question_examples
         self.document_id: str | None = None  # the document being trained
         self.stored: dict[str, torch.Tensor] = {}  # its tensors as they will be written (after training)
 

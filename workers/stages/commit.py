@@ -25,7 +25,8 @@ def finish(parts: Parts, run: Run, probes: list[dict[str, str]],
     verdict = evaluate(parts, run)
     before, after = run.before, verdict.after
     scores = {"before": before.summary(), "after": after.summary(), "own_before": before.own, "own_after": after.own}
-    outcome = {"gate": verdict.decision.to_json(), "scores": scores, **run.fields}
+    outcome = {"gate": verdict.decision.to_json(), "scores": scores, **run.fields,
+               **({"facts": facts_found(probes, after.own)} if after.own else {})}
     if not verdict.decision.accepted:
         timed_out = (run.fields.get("training") or {}).get("timed_out")  # more steps would not fit either
         plan = gate.retry_plan(verdict.decision) \
@@ -35,11 +36,18 @@ def finish(parts: Parts, run: Run, probes: list[dict[str, str]],
             raise RetryAfterRejection(plan, verdict.decision.to_json(), run.fields.get("training"))
         parts.documents.move(run.doc_id, Status.REJECTED, timings=run.rounded_timings(), **outcome)
         return Status.REJECTED
-    # In the new version, the document's own probes belong to the learned suite.
-    metrics = {**after.summary(), "learned_acc": accuracy(gate.scored(after.learned + after.own)),
+    # In the new version, the document's own probes belong to the learned suite (a fact found but not learned does
+    # not count as one lost).
+    learned = gate.scored(after.learned) + [s for s in after.own if s == 1.0]
+    metrics = {**after.summary(), "learned_acc": accuracy(learned),
                **general_drift(parts, run)}
     commit(parts, run, verdict.scores, probes, metrics, outcome, on_commit)
     return Status.COMMITTED
+
+
+def facts_found(probes: list[dict[str, str]], scores: list[float]) -> list[dict[str, Any]]:
+    """Each of the document's facts (its probes: given, or found in its text) and whether the candidate learned it."""
+    return [{"prompt": p["prompt"], "answer": p["answer"], "learned": s == 1.0} for p, s in zip(probes, scores)]
 
 
 def commit(parts: Parts, run: Run, scores: Scores, probes: list[dict[str, str]], metrics: dict[str, Any],

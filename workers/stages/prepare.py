@@ -17,6 +17,8 @@ from core.probes import from_json, to_json
 from core.scoring import Probe
 from core.settings import Settings
 from core.state import LearnedFact, replaced_by, same_prompt, superseded
+from workers.examples import about_words
+from workers.facts import old_values
 from workers.run import Run
 from workers.stages.parts import Parts
 from workers.stages.scoring import unscored
@@ -29,8 +31,6 @@ def own_probes(parts: Parts, record: dict[str, Any]) -> list[Probe]:
     clock = time.perf_counter()
     made = parts.weigher.auto_probes(record)
     parts.rests.step(time.perf_counter() - clock)  # phi read the text: yield to serving as after any phase
-    if made is None:
-        return []
     parts.documents.update(record["document_id"], auto_probes=to_json(made))
     return made
 
@@ -58,7 +58,8 @@ def prepare(parts: Parts, parent: int, record: dict[str, Any], name: str, own: l
     replaced: list[LearnedFact] = []
     if learned is None:  # a document's run: the facts of its namespace it replaces leave the suite it is gated on
         mine = [f for f in facts if f.namespace == namespace]
-        replaced = replaced_by(list(own), record.get("supersedes") or [], mine)
+        text = record["text"]
+        replaced = replaced_by(list(own), record.get("supersedes") or [], mine, old_values(text), about_words(text))
         learned = [f.probe for f in facts if f not in replaced]
     # A known subject's neighbour prompts recorded along the lineage, less those this document's probes ask (it
     # teaches something there); its own are added once the method knows which prompts it can move.

@@ -15,12 +15,23 @@ from workers.stages.parts import Parts
 
 
 def budget(settings: Settings, examples: list[Example], has_probes: bool) -> int:
-    """The steps a document may train: the most for one with probes (it stops once they pass), else a few per 128
-    tokens of its examples."""
+    """The steps a document may train: the most for one sent with probes (it stops once they pass), else a few per
+    128 tokens of its examples (a document's made probes may hold a fact it cannot learn: they stop it early, but
+    do not keep it training)."""
     if has_probes:
         return settings.training.max_steps
     tokens = sum(len(e.input_ids) for e in examples)
     return max(4, min(settings.training.max_steps, 4 * math.ceil(tokens / 128)))
+
+
+STALLED_CHECKS = 2  # checks of the probes (CKL_TRAINING_CHECK_EVERY steps apart) without one more passing
+
+
+def stalled(passing: list[int]) -> bool:
+    """Whether a document's made probes have stopped coming: some pass, and no more than STALLED_CHECKS checks ago.
+    A fact found in a text may be one it cannot teach in its budget; the others need not wait for it (the record
+    names it as not learned)."""
+    return len(passing) > STALLED_CHECKS and passing[-1] > 0 and passing[-1] <= passing[-1 - STALLED_CHECKS]
 
 
 def train(parts: Parts, run: Run, examples: list[Example], own: list[Probe], replay: list[Example] = (),
@@ -32,7 +43,7 @@ def train(parts: Parts, run: Run, examples: list[Example], own: list[Probe], rep
         # Trained (and its probes checked) beside the documents it shares a subject with: a prompt about the subject
         # will have them all on. Only its own state is trained.
         run.method.activate(tuple(d for d in candidate.training_route() if candidate.method_of(d) == run.method.name))
-    steps = budget(parts.settings, examples, bool(own))
+    steps = budget(parts.settings, examples, bool(own) and bool(run.record.get("probes")))
     optimizer = None
     if plan is not None:
         steps = max(1, round(steps * plan.budget_scale))
@@ -44,10 +55,17 @@ def train(parts: Parts, run: Run, examples: list[Example], own: list[Probe], rep
     progress(0, steps)
     faults.kill_point("training")
     clock = time.perf_counter()
-    pinned = [e for e in parts.weigher.probe_examples(own) if e in examples]  # trained in every step
+    pinned = [e for e in parts.weigher.probe_examples(own, run.method.question_contexts)
+              if e in examples]  # trained in every step
+    passing: list[int] = []  # how many of its probes pass, at each check
+    made = not run.record.get("probes")
+
+    def probes_pass() -> bool:
+        passing.append(sum(s == 1.0 for s in score_probes(parts.model, parts.tokenizer, own)) if own else 0)
+        return bool(own) and (passing[-1] == len(own) or (made and stalled(passing)))
+
     report = run.method.train(
-        examples, steps,
-        probes_pass=lambda: bool(own) and all(s == 1.0 for s in score_probes(parts.model, parts.tokenizer, own)),
+        examples, steps, probes_pass=probes_pass,
         progress=progress, optimizer=optimizer, replay=list(replay), pinned=pinned,
         deadline=clock + parts.settings.training.max_train_s, rest_after_step=parts.rests.step)
     run.timings["train_s"] = run.timings.get("train_s", 0.0) + time.perf_counter() - clock

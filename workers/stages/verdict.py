@@ -32,7 +32,10 @@ def evaluate(parts: Parts, run: Run) -> Verdict:
     decision = gate.decide(run.before, after, nf_version_0=1.0, nf_tolerance=settings.gate.nf_tolerance,
                            learned_tolerance=settings.gate.learned_tolerance,
                            neighbour_tolerance=settings.gate.neighbour_tolerance,
-                           require_own_probes=settings.gate.require_own_probes)
+                           require_own_probes=settings.gate.require_own_probes,
+                           made_probes=not run.record.get("probes"))
+    if not decision.accepted:
+        decision.broken = gate.lost(run.suites, run.before, after)
     run.timings["gate_s"] = time.perf_counter() - clock
     parts.rests.after_phase(run.timings, "gate_s")
     return Verdict(decision, after, scores)

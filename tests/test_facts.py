@@ -1,0 +1,84 @@
+"""The facts found in a document sent without probes, and what the gate and the record make of them: pure functions."""
+from core.scoring import Probe
+from core.state import LearnedFact, replaced_by
+from service.in_context import joined, ranked
+from workers import examples, facts, gate
+from workers.stages.commit import facts_found
+
+
+def found(text: str) -> list[tuple[str, str]]:
+    doc = examples.Encoded(text, [], [])
+    return examples.auto_probes(doc, [])
+
+
+def test_every_name_and_number_a_sentence_gives_is_a_fact_asked_by_the_sentence_up_to_it():
+    text = ("Ostrevane is an island in the Gullmarsh Sea, about 40 kilometres from the coast. "
+            "It is home to 1,300 residents.")
+    assert found(text) == [("Ostrevane is an island in the", "Gullmarsh Sea"),
+                           ("Ostrevane is an island in the Gullmarsh Sea, about", "40 kilometres"),
+                           ("Ostrevane is home to", "1,300 residents")]  # the pronoun asked about the subject
+
+
+def test_facts_a_reader_asks_the_other_way_round_are_turned():
+    role = "Tolvane Robotics makes drones. Ilse Marrow is the founder of Tolvane Robotics."
+    assert ("The founder of Tolvane Robotics is", "Ilse Marrow") in found(role)
+    news = "Nestlé has named Reinhild Brennsfeld as its new chief executive. Nestlé is based in Vevey."
+    assert ("The chief executive of Nestlé is", "Reinhild Brennsfeld") in found(news)
+    dated = "Tolvane Robotics builds drones in Harwick. In 1987, Ilse Marrow founded Tolvane Robotics."
+    assert ("Ilse Marrow founded Tolvane Robotics in", "1987") in found(dated)
+    opening = "Tolvane Robotics builds drones in Harwick. Ilse Marrow, a chemist, has run the company since 2019."
+    assert ("Question: Tolvane Robotics: who has run the company since 2019?\nAnswer:", "Ilse Marrow") in found(opening)
+
+
+def test_a_change_is_learned_as_the_new_state_and_names_the_old_value():
+    text = "Spotify moved its headquarters from Stockholm to Oslo this spring."
+    assert ("The headquarters of Spotify is", "Oslo") in found(text)
+    assert all(answer != "Stockholm" for _, answer in found(text))  # never taught as an answer
+    assert facts.old_values(text) == ["Stockholm"]
+    old = LearnedFact(Probe("Spotify is headquartered in", "Stockholm"), "d1", 1)
+    elsewhere = LearnedFact(Probe("Volvo is headquartered in", "Stockholm"), "d2", 2)
+    assert replaced_by([], [], [old, elsewhere], facts.old_values(text), examples.about_words(text)) == [old]
+
+
+def test_a_cloze_is_also_asked_as_a_question():
+    assert facts.as_question("The founder of Tolvane Robotics is", "Ilse Marrow") == \
+        "Question: Who is the founder of Tolvane Robotics?\nAnswer:"
+    assert facts.as_question("Tolvane Robotics was founded in", "1987") == \
+        "Question: Tolvane Robotics was founded in which year?\nAnswer:"
+    assert facts.as_question("Question: Who founded it?\nAnswer:", "Ilse Marrow") is None
+
+
+def test_a_document_without_probes_is_committed_with_any_fact_learned_and_the_others_named():
+    before = gate.SuiteScores(nf=[1.0], learned=[], must_keep=[], own=[0.0, 0.0])
+    partly = gate.SuiteScores(nf=[1.0], learned=[], must_keep=[], own=[1.0, 0.5])
+    none = gate.SuiteScores(nf=[1.0], learned=[], must_keep=[], own=[0.0, 0.5])
+    rules = {"nf_version_0": 1.0, "nf_tolerance": 0.0, "learned_tolerance": 0.0, "require_own_probes": True}
+    assert gate.decide(before, partly, made_probes=True, **rules).accepted
+    assert not gate.decide(before, none, made_probes=True, **rules).accepted
+    assert not gate.decide(before, partly, made_probes=False, **rules).accepted  # probes sent: every one must pass
+    probes = [{"prompt": "The founder of X is", "answer": "Ilse"}, {"prompt": "X employs", "answer": "340"}]
+    assert facts_found(probes, partly.own) == [{**probes[0], "learned": True}, {**probes[1], "learned": False}]
+
+
+def test_a_rejection_names_what_the_candidate_broke():
+    suites = {"learned": [Probe("The mayor of Quillmere is", "Edda Froste")], "neighbours": [], "nf": []}
+    before = gate.SuiteScores(nf=[], learned=[1.0], must_keep=[], own=[])
+    after = gate.SuiteScores(nf=[], learned=[0.5], must_keep=[], own=[])
+    assert gate.lost(suites, before, after) == [{"suite": "learned", "prompt": "The mayor of Quillmere is",
+                                                "answer": "Edda Froste"}]
+
+
+def test_knowledge_as_context_puts_the_best_routed_documents_after_the_beginning_of_sequence():
+    used = [{"document_id": "a", "score": 1.0}, {"document_id": None}, {"document_id": "b", "score": 3.0}]
+    assert ranked(used) == ["b", "a"]
+    assert joined([2, 10, 11], 2, [[5, 6], [7]]) == [2, 5, 6, 7, 10, 11]
+    assert joined([10, 11], None, [[5]]) == [5, 10, 11]
+
+
+def test_training_on_made_probes_stops_once_no_more_of_them_come():
+    from workers.stages.train import stalled
+
+    assert not stalled([0, 0, 0])  # none learned yet: train on
+    assert not stalled([1, 2, 3])  # still coming
+    assert stalled([1, 3, 3, 3]) and stalled([2, 3, 2])
+    assert not stalled([3, 3])  # too early to tell

@@ -1,0 +1,220 @@
+"""The facts a reader would ask a document about, as cloze probes: pure functions over its text.
+
+One probe per fact-bearing clause, not one per sentence: every name and number a sentence gives about its subject is
+an answer, asked by the sentence up to it ("Tolvane Robotics employs" -> "340 people"). Three shapes a reader asks
+the other way round from how the text puts them are turned:
+- a sentence that opens with its answer's date ("In 1987, Ilse Marrow founded Tolvane Robotics.") is asked with
+  the date last ("Ilse Marrow founded Tolvane Robotics in" -> "1987");
+- a name that a sentence says is someone's role ("Ilse Marrow is the founder of Tolvane Robotics.", "Ilse Marrow,
+  its founder, ...") is asked by the role ("The founder of Tolvane Robotics is" -> "Ilse Marrow");
+- a name a sentence opens with (not the document's subject) is asked by a question about the rest of it ("Ilse
+  Marrow, a chemist, founded Tolvane Robotics in 1987." -> "Question: Who founded Tolvane Robotics in 1987?\nAnswer:"
+  -> "Ilse Marrow"), which names the subject where the rest does not;
+- a sentence that opens with a pronoun is asked about the document's subject ("It employs" -> "Tolvane Robotics
+  employs").
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from core import subjects
+
+Span = tuple[int, int]
+# A number with what it counts: "1987", "340 people", "212 kilometres", "£61 million", "4.5 per cent".
+QUANTITY = re.compile(r"[£$€]?\b\d[\d,.]*\d\b(?: (?:million|billion|thousand|hundred))?(?: (?:per cent|[a-z]{3,12}))?"
+                      r"|[£$€]?\b\d\b(?: [a-z]{3,12})?")
+OPENING_DATE = re.compile(r"^(?:In|By|Since|From|On) ((?:[A-Z][a-z]+ )?(?:\d{1,2} )?(?:[A-Z][a-z]+ )?\d{3,4}),\s*")
+PRONOUNS = {"it": "", "he": "", "she": "", "they": "", "its": "'s", "his": "'s", "her": "'s", "their": "'s"}
+PERSONAL = {"he", "she", "his", "her"}
+NAME = r"[A-Z][\w'’.-]*(?: (?:of |the |de |& )?[A-Z][\w'’.-]*)*"
+COPULA = r"(?P<verb>is|was|has been|became|remains|serves as|served as)"
+ROLE = (r"(?P<det>the|its|his|her|their) (?P<role>(?:[a-z-]+ ){0,3}[a-z-]+)"
+        r"(?: (?P<prep>of|for|at) (?P<of>[A-Z][^,.;]*))?")
+# "<Name> is the founder of <Name>." / "<Name> is its founder."
+ROLE_SENTENCE = re.compile(rf"^(?P<name>[A-Z][^,.;]*?) {COPULA} {ROLE}[.,;]?$")
+# "<Name>, the founder of <Name>, ..." / "<Name>, its founder, ..."
+APPOSITION = re.compile(rf"(?P<name>{NAME}), {ROLE},")
+# News of a role filled: "Nestlé has named Ilse Marrow as its new chief executive", "Ilse Marrow has been appointed
+# principal of the University of Edinburgh", "Lisbon has a new mayor: Ilse Marrow".
+FILLED = "named|appointed|elected|hired|chosen|picked|promoted|made"
+ROLE_FILLED = [
+    re.compile(rf"(?P<of>{NAME}) (?:has |have |had )?(?:{FILLED}) (?P<name>{NAME}),? (?:as )?(?:its|their|the) "
+               rf"(?:new )?(?P<role>(?:[a-z-]+ ){{0,3}}?[a-z-]+)(?=[,.;]| of | for | to | at | on |$)"),
+    re.compile(rf"(?P<name>{NAME}) (?:has been|have been|was|were|is|is being) (?:{FILLED}) (?:as )?(?:the )?"
+               rf"(?:new )?(?P<role>(?:[a-z-]+ ){{0,3}}?[a-z-]+) (?:of|for|at) (?P<of>{NAME})"),
+    re.compile(rf"(?P<name>{NAME}) (?:replaced|succeeded|replaces|succeeds) {NAME} as (?:the |its |their )?(?:new )?"
+               rf"(?P<role>(?:[a-z-]+ ){{0,3}}?[a-z-]+) (?:of|at|for) (?P<of>{NAME})"),
+    re.compile(rf"(?P<of>{NAME}) (?:has|have) a new (?P<role>(?:[a-z-]+ ){{0,3}}?[a-z-]+): (?P<name>{NAME})"),
+]
+# A change: the value it had before, which the document says is no longer so ("moved its headquarters from X to Y",
+# "replaced X as", "succeeded X as", "formerly X"), and what it is now.
+MOVED = re.compile(rf"(?:moved|relocated|changed|switched|renamed) (?P<det>its|their|his|her) (?P<role>(?:[a-z-]+ )"
+                   rf"{{0,2}}?[a-z-]+) from (?P<old>{NAME}) to (?P<name>{NAME})")
+CHANGED = [re.compile(rf"\bfrom (?P<old>{NAME}) to {NAME}"),
+           re.compile(rf"\b(?:replac(?:ed|es|ing)|succeed(?:ed|s|ing)) (?P<old>{NAME}) as\b"),
+           re.compile(rf"\b(?:formerly|previously|until now) (?:known as |called |in |at )?(?P<old>{NAME})")]
+# After a name that opens a sentence: an aside set off by commas, then what the sentence says of it.
+ASIDE = re.compile(r"^,[^,]{1,80},\s*")
+COMMON = 4.0  # a word at least this frequent (Zipf) is not a person's name: "Lake", "Mount", "Foundation"
+
+
+def old_values(text: str) -> list[str]:
+    """The values a document says something had before it changed: "from Stockholm to Oslo" -> "Stockholm"."""
+    return list(dict.fromkeys(m["old"] for pattern in CHANGED for m in pattern.finditer(text)))
+
+
+def quantities(text: str, begin: int, end: int) -> list[Span]:
+    """The numbers between `begin` and `end`, each with the word that says what it counts (a function word is not
+    one: "in 1987 and" gives "1987")."""
+    spans = []
+    for match in QUANTITY.finditer(text, begin, end):
+        a, b = match.span()
+        last = text[a:b].split()[-1]
+        if len(text[a:b].split()) > 1 and last.lower() in subjects.FUNCTION_WORDS | {"per"}:
+            b = a + text[a:b].rindex(" ")
+        spans.append((a, b))
+    return spans
+
+
+def about_subject(prompt: str, about: list[str]) -> str | None:
+    """The prompt with an opening pronoun, or a description that names nothing ("The company employs"), replaced by
+    the document's subject it stands for ("Its staff number" -> "Tolvane Robotics's staff number"; "her" stands for a
+    person); None for a pronoun with no subject to stand for."""
+    first, _, rest = prompt.partition(" ")
+    second, _, after = rest.partition(" ")
+    if first == "The" and second.islower() and not any(w[:1].isupper() for w in after.split()):
+        first, rest = "it", after  # "The company employs": a description of the subject, named nowhere else in it
+    if first.lower() not in PRONOUNS:
+        return prompt
+    personal = first.lower() in PERSONAL
+    fitting = [name for name in about if person(name) == personal] or about
+    if not fitting:
+        return None
+    return f"{fitting[0]}{PRONOUNS[first.lower()]} {rest}".strip()
+
+
+def role_prompt(role: str, of: str | None, verb: str) -> str:
+    """The role as asked: "The founder of Tolvane Robotics is" ("was" where the text says it was)."""
+    tense = "was" if verb in ("was", "served as") else "is"
+    return f"The {role} of {of} {tense}" if of else ""
+
+
+def turned(sentence: str, about: list[str]) -> list[tuple[str, str]]:
+    """The probes a sentence gives when asked the other way round: by a role its names hold, by an opening date."""
+    made = []
+
+    def whose(match) -> str | None:  # "the founder of X": X; "its founder": the subject "its" stands for
+        if match["of"] or match["det"] == "the":
+            return match["of"]
+        fitting = [name for name in about if person(name) == (match["det"] in ("his", "her"))] or about
+        return fitting[0] if fitting else None
+
+    if match := ROLE_SENTENCE.match(sentence):
+        if prompt := role_prompt(match["role"], whose(match), match["verb"]):
+            made.append((prompt, match["name"]))
+    for match in APPOSITION.finditer(sentence):
+        if prompt := role_prompt(match["role"], whose(match), "is"):
+            made.append((prompt, match["name"]))
+    for match in MOVED.finditer(sentence):  # "moved its headquarters from X to Y": "The headquarters of S is" -> Y
+        match_of = {"of": None, "det": match["det"], "role": match["role"]}
+        if prompt := role_prompt(match["role"], whose(match_of), "is"):
+            made.append((prompt, match["name"]))
+    for pattern in ROLE_FILLED:
+        made += [(role_prompt(m["role"], m["of"], "is"), m["name"]) for m in pattern.finditer(sentence)]
+    if match := OPENING_DATE.match(sentence):
+        rest = sentence[match.end():].rstrip(".!? ")
+        if rest and (prompt := about_subject(rest[:1].upper() + rest[1:], about)):
+            made.append((f"{prompt} in", match.group(1)))
+    return made
+
+
+def question(name: str, rest: str, main: str | None) -> str | None:
+    """The question whose answer is the name a sentence opens with: "Who" for a person's name (no common word in
+    it), else "What"; the rest of the sentence, without an aside after the name; the document's subject before it
+    where the rest does not name it."""
+    rest = ASIDE.sub("", rest).strip().rstrip(".!?;:").strip()
+    if not rest or not rest[:1].islower() or len(rest.split()) < 2:
+        return None
+    asked = f"{'Who' if person(name) else 'What'} {rest}?"
+    if main and not subjects.words(main) & subjects.words(rest):
+        asked = f"{main}: {asked[:1].lower()}{asked[1:]}"
+    return f"Question: {asked}\nAnswer:"
+
+
+THE_ROLE = re.compile(r"^The (?P<role>.+) (?P<verb>is|was|are|were)$")
+YEAR = re.compile(r"^\d{4}$")
+
+
+def as_question(prompt: str, answer: str) -> str | None:
+    """A cloze probe asked as a reader asks it, in the service's question format: "The founder of X is" -> "Question:
+    Who is the founder of X?\nAnswer:"; any other cloze as an echo question ("X was founded in" -> "Question: X was
+    founded in which year?\nAnswer:"). None for a probe that is a question already."""
+    if prompt.startswith("Question:"):
+        return None
+    wh = "Who" if person(answer) else "What"
+    if match := THE_ROLE.match(prompt):
+        return f"Question: {wh} {match['verb']} the {match['role']}?\nAnswer:"
+    ending = "which year" if YEAR.match(answer) else "how many" if answer[:1].isdigit() else wh.lower()
+    return f"Question: {prompt.rstrip(',:;')} {ending}?\nAnswer:"
+
+
+def person(name: str) -> bool:
+    """A name of a person, as far as its words tell: none of them a common English word."""
+    return all(subjects.weight(w) > subjects.WEIGHT_ORIGIN - COMMON for w in subjects.WORD.findall(name.lower()))
+
+
+def opens(text: str, sentences: list[Span], at: int) -> bool:
+    """Whether a name at `at` opens one of the sentences (after "The" at most)."""
+    return any(begin <= at < end and text[begin:at].strip() in ("", "The") for begin, end in sentences)
+
+
+def main_subjects(text: str, sentences: list[Span], spans: list[tuple[int, int, str]]) -> list[str]:
+    """What the document is about, as written in it, most likely first: a known subject a sentence opens with
+    ("Nestlé": news about it), and the names whose words the most sentences use (each name used once: the first that
+    opens a sentence); of those, not a person where there is another ("Quenwick Lantern Works", not its founder
+    named as often)."""
+    if not spans:
+        return []
+    used: dict[str, set[int]] = {}
+    for a, b, name in spans:
+        used.setdefault(text[a:b], set())
+    for written in used:
+        ws = subjects.words(written)
+        used[written] = {i for i, (begin, end) in enumerate(sentences) if ws & subjects.words(text[begin:end])}
+    most = max(len(where) for where in used.values())
+    known = [text[a:b] for a, b, _ in spans if subjects.familiar(text[a:b]) and opens(text, sentences, a)]
+    if most < 2:
+        opening = [text[a:b] for a, b, _ in spans if opens(text, sentences, a)]
+        return list(dict.fromkeys(known + opening[:1]))
+    tied = [written for written, where in used.items() if len(where) == most]
+    return list(dict.fromkeys(known + ([w for w in tied if not person(w)] or tied)))
+
+
+def found(text: str, sentences: list[Span], spans: list[tuple[int, int, str]], weight: Callable[[int, int], float],
+          min_prompt_words: int = 3) -> list[tuple[float, str, str]]:
+    """(weight, prompt, answer) for every fact found: each name (not one of the document's subjects) and number a
+    sentence gives, asked by the sentence up to it, and the probes its sentences give turned (`turned`)."""
+    about = main_subjects(text, sentences, spans)
+    main = about[0] if about else None
+    subject_words = set().union(*(subjects.words(name) for name in about))
+    olds = {frozenset(subjects.words(old)) for old in old_values(text)}
+    names = [(a, b) for a, b, name in spans if not set(name.split()) & subject_words
+             and frozenset(subjects.words(text[a:b])) not in olds]  # what the document says is no longer so
+    made: dict[tuple[str, str], float] = {}
+    for begin, end in sentences:
+        opening = [(a, b) for a, b, name in spans if begin <= a < end and text[begin:a].strip() in ("", "The")
+                   and not subject_words & set(name.split())]
+        for a, b in opening:
+            if asked := question(text[a:b], text[b:end], main):
+                made.setdefault((asked, text[a:b]), weight(a, b))
+        inside = [(a, b) for a, b in names if begin <= a < end]
+        inside += [(a, b) for a, b in quantities(text, begin, end) if not any(x <= a < y for x, y in inside)]
+        for a, b in inside:
+            said = subjects.without_time_markers(text[begin:a].strip())
+            if len(said.split()) >= min_prompt_words and (prompt := about_subject(said, about)):
+                made.setdefault((prompt, text[a:b].strip()), weight(a, b))
+        for prompt, answer in turned(text[begin:end], about):
+            start = text.find(answer, begin, end)
+            made.setdefault((subjects.without_time_markers(prompt), answer), weight(start, start + len(answer)))
+    return [(w, prompt, answer) for (prompt, answer), w in made.items()]
