@@ -29,7 +29,7 @@ def encoded(text: str) -> examples.Encoded:
 
 def made(text: str) -> list[dict[str, str]]:
     doc = encoded(text)
-    probes = examples.without_subject_answers(examples.auto_probes(doc, [1.0] * len(doc.ids)))
+    probes = examples.auto_probes(doc, [1.0] * len(doc.ids))
     return [{"prompt": prompt, "answer": answer} for prompt, answer in probes]
 
 

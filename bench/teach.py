@@ -1,23 +1,27 @@
 """`ckl bench teach`: teach N documents one after another through the HTTP API (bench/facts.jsonl: one fact
 about each of many invented subjects; bench/sets/: streams of several documents per subject, some replacing an
-earlier fact, `replaces` naming its probe's prompt, and news about well-known subjects with `neighbours`, the
-subject's other prompts; and pairs of facts whose second paraphrase needs both, `two_facts`).
+earlier fact, `replaces` naming its probe's prompt; news about well-known subjects with `neighbours`, the subject's
+other prompts; pairs of facts whose second paraphrase needs both, `two_facts`; paragraphs and articles of several
+`facts`; or, with --lama-passages, LAMA-ckl Wikipedia evidence passages).
 
 Reports, for the method asked (default: the server's):
 - committed / rejected / failed, and seconds from POST to a final status (p50, p95) and in the gate;
 - reliability (Rel): committed facts, current at the end (not replaced), whose own probe the final version
   completes greedily through /generate; generalization (Gen): the same for a paraphrase the document never
-  contained; both also over all current facts; how many replaced facts still get their old answer;
+  contained; question answering (QA): the answer within the answer to the fact's question; `answers`: every current
+  fact in each form, answered each way asked (bench/answering.py); how many replaced facts still get their old
+  answer;
 - NF accuracy of the gate's suite after every document (GET /health/forgetting);
 - locality the gate never sees: the share of general prompts (bench/general_prompts.txt), and of the facts'
-  neighbour prompts, whose greedy 8-token continuation is the same at the end as at version 0, and a second
-  NF set: LAMA-ckl
-  invariant rows whose object the base model completes (the first 100 found; --lama, when the data is there),
-  again at the end.
-With --retrieval, the same current facts answered in context by the base model (bench/retrieval.py).
-With --no-probes the documents are sent without probes (the server makes its own); Rel and Gen still
-use the benchmark's probes, and the server's auto-probes are compared with them (how many ask for a
-benchmark probe's answer, how many ask for the subject, documents left without one). Writes results.json and teach.png (seconds and NF against documents taught).
+  neighbour prompts, whose greedy 8-token continuation is the same at the end as at version 0, and a second NF set:
+  LAMA-ckl invariant rows whose object the base model completes (the first 100 found; --lama, when the data is
+  there), again at the end.
+With --retrieval, every current fact is also answered with the knowledge as context and as both, by BM25 retrieval
+and with its own document in context (bench/answering.py). With --no-probes the documents are sent without probes
+(the server makes its own); the scores still use the benchmark's probes, and the server's auto-probes are compared
+with them (how many ask for a benchmark probe's answer, how many of the set's facts some auto-probe asks for, how
+many ask for the subject, documents left without one). Writes results.json and teach.png (seconds and NF against
+documents taught).
 """
 from __future__ import annotations
 
@@ -29,11 +33,11 @@ from pathlib import Path
 
 import httpx
 
-from bench.retrieval import answers as retrieval_answers
+from bench.answering import FORMS, MODES, score, share, summary
 from bench.server import running_server
 from core.scoring import join_probe
 from core.subjects import words
-from research.lama_ckl import add_data_argument, read_invariant
+from research.lama_ckl import add_data_argument, data_folder, read_invariant, read_rows
 from research.provenance import RESULTS_ROOT, git_commit
 from service.client import wait_for_document
 
@@ -56,10 +60,6 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def share(flags: list[bool]) -> float | None:
-    return statistics.mean(flags) if flags else None
-
-
 def general_prompts(path: Path = GENERAL) -> list[str]:
     return [line for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
 
@@ -78,22 +78,44 @@ def lama_probes(data: Path, url: str, limit: int = LAMA_ROWS) -> list[dict]:
     return kept
 
 
-def teach(url: str, facts: list[dict], method: str | None, weighting: str | None, probes: bool) -> list[dict]:
+def lama_passages(folder: Path | None, n: int, max_chars: int = 1000) -> list[dict]:
+    """`n` LAMA-ckl Wikipedia evidence passages (text nobody here wrote), spread over variant_dev.jsonl, each a
+    document whose one fact is asked by its task_descriptive prompt (a cloze: no paraphrase or question)."""
+    rows = [row for row in read_rows(data_folder(folder, "--lama") / "variant_dev.jsonl")
+            if len(row.evidence) <= max_chars]
+    picked = rows[:: max(1, len(rows) // n)][:n]
+    return [{"subject": "", "text": row.evidence,
+             "probe": {"prompt": row.probe.prompt, "answer": row.probe.answer}} for row in picked]
+
+
+def facts_of(documents: list[dict]) -> list[dict]:
+    """Every fact of every document, each with its forms (`probe`, `paraphrase`, `question`) and `document`, its
+    document's index. A document of one fact gives it at the top level (bench/facts.jsonl, the older sets)."""
+    facts = []
+    for i, doc in enumerate(documents):
+        own = doc.get("facts") or [{k: doc[k] for k in ("probe", "paraphrase", "question", "two_facts") if k in doc}]
+        facts += [{**fact, "document": i} for fact in own]
+    return facts
+
+
+def teach(url: str, documents: list[dict], method: str | None, weighting: str | None, probes: bool) -> list[dict]:
     rows = []
-    for i, fact in enumerate(facts):
+    for i, doc in enumerate(documents):
         started = time.perf_counter()
-        body = {"text": fact["text"], "probes": [fact["probe"]] if probes else [],
+        sent = [fact["probe"] for fact in facts_of([doc])] if probes else []
+        body = {"text": doc["text"], "probes": sent,
                 **({"method": method} if method else {}), **({"weighting": weighting} if weighting else {})}
         r = httpx.post(f"{url}/documents", json=body, timeout=60)
         r.raise_for_status()
         record = wait_for_document(url, r.json()["document_id"])
         seconds = time.perf_counter() - started
         nf = httpx.get(f"{url}/health/forgetting", timeout=60).json()["not_to_forget"]["acc_now"]
-        rows.append({"fact": i, "status": record["status"], "seconds": round(seconds, 2),
+        rows.append({"document": i, "status": record["status"], "seconds": round(seconds, 2),
                      "steps": (record.get("training") or {}).get("steps"),
                      "gate_s": record["timings"].get("gate_s"), "timings": record["timings"], "nf_acc_after": nf,
                      "reason": None if record["status"] == "committed" else (record["gate"] or {}).get("reason")
-                     or record.get("error"), "auto_probes": record.get("auto_probes")})
+                     or record.get("error"), "auto_probes": record.get("auto_probes"),
+                     "facts_found": record.get("facts")})
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -105,12 +127,17 @@ def same_answer(made: dict, hidden: dict) -> bool:
                                                  and join_probe(hidden["prompt"], hidden["answer"]).endswith(made["answer"]))
 
 
-def auto_probe_quality(facts: list[dict], rows: list[dict]) -> dict:
-    """How the probes the server made compare with the benchmark's hidden ones."""
-    made = [(fact, probe) for fact, row in zip(facts, rows) for probe in row["auto_probes"] or []]
+def auto_probe_quality(documents: list[dict], rows: list[dict]) -> dict:
+    """How the probes the server made compare with the benchmark's hidden ones: how many ask for a hidden answer, and
+    how many of the hidden facts some auto-probe asks for (coverage)."""
+    made = [(doc, probe) for doc, row in zip(documents, rows) for probe in row["auto_probes"] or []]
+    hidden = [(fact, row) for fact in facts_of(documents) for row in [rows[fact["document"]]]]
     return {"made": len(made), "documents_without": sum(not row["auto_probes"] for row in rows),
-            "hidden_answer": share([any(same_answer(p, f[k]) for k in ("probe", "paraphrase")) for f, p in made]),
-            "asks_for_subject": sum(bool(words(p["answer"]) & words(f.get("subject", ""))) for f, p in made),
+            "hidden_answer": share([any(same_answer(p, f[k]) for f in facts_of([d]) for k in ("probe", "paraphrase")
+                                        if k in f) for d, p in made]),
+            "facts_covered": share([any(same_answer(p, f["probe"]) for p in row["auto_probes"] or [])
+                                    for f, row in hidden]),
+            "asks_for_subject": sum(bool(words(p["answer"]) & words(d.get("subject", ""))) for d, p in made),
             "examples": [[p["prompt"], p["answer"]] for _, p in made[:6]]}
 
 
@@ -121,45 +148,39 @@ def disk_per_document(url: str) -> float | None:
     return statistics.mean(sizes) if sizes else None
 
 
-def replaced(facts: list[dict]) -> list[bool]:
-    """Whether each fact is replaced by a later one (a later fact's `replaces` names its probe's prompt)."""
-    return [any(later.get("replaces") == fact["probe"]["prompt"] for later in facts[i + 1:])
-            for i, fact in enumerate(facts)]
+def replaced(documents: list[dict], facts: list[dict]) -> list[bool]:
+    """Whether each fact is replaced by a later document (a later document's `replaces` names its probe's prompt)."""
+    return [any(later.get("replaces") == fact["probe"]["prompt"] for later in documents[fact["document"] + 1:])
+            for fact in facts]
 
 
-def retrieval(url: str, facts: list[dict], current: list[dict]) -> dict:
-    """The in-context baseline on the facts current at the end: every document taught is retrievable."""
-    documents = [fact["text"] for fact in facts]
-    probe = [retrieval_answers(url, f["probe"], documents) for f in current]
-    paraphrase = [retrieval_answers(url, f["paraphrase"], documents) for f in current]
-    return {"reliability": share([ok for ok, _ in probe]), "generalization": share([ok for ok, _ in paraphrase]),
-            "two_facts": share([ok for f, (ok, _) in zip(current, paraphrase) if f.get("two_facts")]),
-            "prompt_tokens_added": statistics.mean(n for _, n in probe + paraphrase) if current else None}
-
-
-def run(url: str, facts: list[dict], method: str | None, weighting: str | None = None, probes: bool = True,
-        lama: Path | None = None, with_retrieval: bool = False) -> dict:
+def run(url: str, documents: list[dict], method: str | None, weighting: str | None = None, probes: bool = True,
+        lama: Path | None = None, modes: tuple[str, ...] = ("weights",)) -> dict:
     prompts = general_prompts()
     before = [complete(url, p) for p in prompts]
     lama_set = lama_probes(lama, url) if lama else []
-    neighbours = {prompt: complete(url, prompt) for fact in facts for prompt in fact.get("neighbours", [])}
-    rows = teach(url, facts, method, weighting, probes)
+    neighbours = {prompt: complete(url, prompt) for doc in documents for prompt in doc.get("neighbours", [])}
+    rows = teach(url, documents, method, weighting, probes)
     neighbours_after = {prompt: complete(url, prompt) for prompt in neighbours}
-    gone = replaced(facts)
-    current = [fact for fact, out in zip(facts, gone) if not out]
-    committed = [fact for fact, row, out in zip(facts, rows, gone) if row["status"] == "committed" and not out]
-    reliable = {id(f): completes(url, f["probe"]) for f in current}
-    general = {id(f): completes(url, f["paraphrase"]) for f in current}
-    old_given = [fact for fact, out in zip(facts, gone) if out and (completes(url, fact["probe"])
-                                                                    or completes(url, fact["paraphrase"]))]
+    facts = facts_of(documents)
+    gone = replaced(documents, facts)
+    texts = [doc["text"] for doc in documents]
+    for fact, out in zip(facts, gone):
+        fact["current"], fact["committed"] = not out, rows[fact["document"]]["status"] == "committed"
+    answers = score(url, facts, texts, modes, asked=lambda fact: fact["current"])
+    old = score(url, [f for f, out in zip(facts, gone) if out], texts, ("weights",))
+    old_given = [r for r in old if r["modes"]["weights"].get("rel") or r["modes"]["weights"].get("gen")]
     after = [complete(url, p) for p in prompts]
-    for fact, row, out in zip(facts, rows, gone):  # per document too: a subset can be scored apart
-        row.update(replaced=out, reliable=reliable.get(id(fact)), general=general.get(id(fact)))
+    for i, row in enumerate(rows):  # per document too: a subset can be scored apart
+        mine = [r["modes"]["weights"] for f, r in zip(facts, answers) if f["document"] == i and f["current"]]
+        row.update({form: share([m[form] for m in mine if form in m]) for form in FORMS})
+    current = [(f, r) for f, r in zip(facts, answers) if f["current"]]
+    committed = [r for f, r in current if f["committed"]]
     seconds = [row["seconds"] for row in rows]
     gate = [row["gate_s"] for row in rows if row["gate_s"] is not None]
     nf = [row["nf_acc_after"] for row in rows]
     return {
-        "documents": len(rows), "method": method or "server default", "probes_sent": probes,
+        "documents": len(rows), "facts": len(facts), "method": method or "server default", "probes_sent": probes,
         "committed": sum(row["status"] == "committed" for row in rows),
         "current_facts": len(current),
         "replaced_answers_given": len(old_given),
@@ -167,27 +188,30 @@ def run(url: str, facts: list[dict], method: str | None, weighting: str | None =
         "failed": sum(row["status"] == "failed" for row in rows),
         "post_to_final_s": {"p50": percentile(seconds, 0.5), "p95": percentile(seconds, 0.95)},
         "gate_s": {"p50": percentile(gate, 0.5), "p95": percentile(gate, 0.95)} if gate else None,
-        "reliability": share([reliable[id(f)] for f in committed]),  # committed facts current at the end
-        "generalization": share([general[id(f)] for f in committed]),
-        "reliability_all": share(list(reliable.values())),
-        "generalization_all": share(list(general.values())),
+        # The committed documents' current facts, answered with the knowledge as weights.
+        "reliability": summary(committed, ("weights",))["weights"]["rel"],
+        "generalization": summary(committed, ("weights",))["weights"]["gen"],
+        "question_answering": summary(committed, ("weights",))["weights"]["qa"],
+        # Every current fact (a rejected document's too), each way of answering (bench/answering.py).
+        "answers": summary([r for _, r in current], modes),
         # A question that needs two taught facts (a fact's `two_facts` paraphrase, bench/sets/two-facts.jsonl).
-        "two_facts": share([general[id(f)] for f in current if f.get("two_facts")]),
+        "two_facts": share([r["modes"]["weights"]["gen"] for f, r in current if f.get("two_facts")]),
         "nf_acc_min": min(nf) if nf else None,
         "nf_acc_after_each": nf,
         "general_prompts_unchanged": share([a == b for a, b in zip(before, after)]),
         "neighbours_unchanged": share([neighbours_after[p] == out for p, out in neighbours.items()]),
         "neighbours_changed": [{"prompt": p, "before": out, "after": neighbours_after[p]}
                                for p, out in neighbours.items() if neighbours_after[p] != out],
-        "auto_probes": None if probes else auto_probe_quality(facts, rows),
+        "auto_probes": None if probes else auto_probe_quality(documents, rows),
         "general_prompts_changed": [{"prompt": p, "before": b, "after": a}
                                     for p, b, a in zip(prompts, before, after) if a != b],
         "second_nf_set": {"rows": len(lama_set), "acc_after": share([completes(url, p, LAMA_TOKENS) for p in lama_set])}
         if lama_set else None,
         "final_version": httpx.get(f"{url}/versions", timeout=60).json()["current"],
         "disk_bytes_per_document": disk_per_document(url),
-        "retrieval": retrieval(url, facts, current) if with_retrieval else None,
         "per_document": rows,
+        "per_fact": [{"document": f["document"], "probe": f["probe"], "current": f["current"], **r}
+                     for f, r in zip(facts, answers)],
     }
 
 
@@ -198,7 +222,7 @@ def plot(summary: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     rows = summary["per_document"]
-    xs = [row["fact"] + 1 for row in rows]
+    xs = [row["document"] + 1 for row in rows]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     left.plot(xs, [row["seconds"] for row in rows], ".", markersize=4)
     left.set(title="seconds from POST to a final status", xlabel="documents taught", ylabel="s", ylim=(0, None))
@@ -220,24 +244,35 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--facts", type=Path, default=FACTS, help="JSONL facts (ckl bench make-facts makes more)")
     add_data_argument(parser, "--lama", "LAMA-ckl folder for the second NF set; without one, no second set")
     parser.add_argument("--retrieval", action="store_true",
-                        help="also answer the current facts in context (BM25 top-2 documents before the question, "
-                             "version 0)")
+                        help="also answer every current fact the other ways: knowledge as context and as both, BM25 "
+                             "retrieval (the top-2 documents before the prompt, version 0), and the fact's own "
+                             "document before the prompt (version 0, the in-context upper bound)")
+    parser.add_argument("--modes", help=f"the ways to answer, comma-separated (default: weights; with --retrieval: "
+                                           f"{','.join(MODES)})")
+    parser.add_argument("--lama-passages", type=int, default=0,
+                        help="teach this many LAMA-ckl Wikipedia evidence passages (variant_dev.jsonl, read from "
+                             "--lama) instead of --facts, each asked by its task_descriptive prompt")
     parser.add_argument("--fill", type=int, default=0,
                         help="the fresh data folder first holds this many synthetic documents, committed as "
                              "`ckl bench scale --api` makes them (teaching on a large store)")
     parser.add_argument("--out", type=Path, default=RESULTS_ROOT / "teach")
     args = parser.parse_args(argv)
-    facts = [json.loads(line) for line in args.facts.read_text().splitlines() if line.strip()][: args.n]
+    if args.lama_passages:
+        facts = lama_passages(args.lama, args.lama_passages)
+    else:
+        facts = [json.loads(line) for line in args.facts.read_text().splitlines() if line.strip()][: args.n]
+    modes = tuple(args.modes.split(",")) if args.modes else MODES if args.retrieval else ("weights",)
+    second_nf = None if args.lama_passages else args.lama  # the passages' rows are what is taught
     started = time.time()
     if args.url:
-        summary = run(args.url, facts, args.method, args.weighting, not args.no_probes, args.lama, args.retrieval)
+        summary = run(args.url, facts, args.method, args.weighting, not args.no_probes, second_nf, modes)
     else:
         from bench.api_scale import fill
         from core.settings import Settings
 
         with running_server(Settings().models_dir, prepare=(lambda data: fill(data, args.fill)) if args.fill else None,
                             timeout_s=1800) as url:
-            summary = run(url, facts, args.method, args.weighting, not args.no_probes, args.lama, args.retrieval)
+            summary = run(url, facts, args.method, args.weighting, not args.no_probes, second_nf, modes)
     summary |= {"command": "ckl bench teach " + " ".join(argv), "git_commit": git_commit(),
                 "facts_file": str(args.facts), "filled": args.fill, "wall_s": round(time.time() - started)}
     args.out.mkdir(parents=True, exist_ok=True)
