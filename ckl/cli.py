@@ -172,7 +172,7 @@ BENCHES = {"generate": "bench.generate", "serve": "bench.serve", "dtype": "bench
            "phi-transfer": "bench.phi_transfer", "phi-facts": "bench.phi_facts", "phi-heads": "bench.phi_heads",
            "phi-kept": "bench.phi_kept", "lama-orders": "bench.lama_ckl.orders",
            "api-overhead": "bench.overhead", "auto-probes": "bench.auto_probes", "long-document": "bench.long_document",
-           "abuse": "bench.abuse", "scale": "bench.scale"}
+           "abuse": "bench.abuse", "scale": "bench.scale", "step-time": "bench.step_time"}
 
 
 # Packages of the `bench` extra only (pyproject.toml), never needed to serve.
