@@ -1,7 +1,7 @@
 """The facts a reader would ask a document about, as cloze probes: pure functions over its text.
 
 One probe per fact-bearing clause, not one per sentence: every name and number a sentence gives about its subject is
-an answer, asked by the sentence up to it ("Tolvane Robotics employs" -> "340 people"). Three shapes a reader asks
+an answer, asked by the sentence up to it ("Tolvane Robotics employs" -> "340 people"). The shapes a reader asks
 the other way round from how the text puts them are turned:
 - a sentence that opens with its answer's date ("In 1987, Ilse Marrow founded Tolvane Robotics.") is asked with
   the date last ("Ilse Marrow founded Tolvane Robotics in" -> "1987");
@@ -27,7 +27,8 @@ QUANTITY = re.compile(r"[£$€]?\b\d[\d,.]*\d\b(?: (?:million|billion|thousand|
 OPENING_DATE = re.compile(r"^(?:In|By|Since|From|On) ((?:[A-Z][a-z]+ )?(?:\d{1,2} )?(?:[A-Z][a-z]+ )?\d{3,4}),\s*")
 PRONOUNS = {"it": "", "he": "", "she": "", "they": "", "its": "'s", "his": "'s", "her": "'s", "their": "'s"}
 PERSONAL = {"he", "she", "his", "her"}
-NAME = r"[A-Z][\w'’.-]*(?: (?:of |the |de |& )?[A-Z][\w'’.-]*)*"
+# A name of at most 7 words of at most 40 characters: bounded, so a long run of capitalised words costs linear time.
+NAME = r"[A-Z][\w'’.-]{0,40}(?: (?:of |the |de |& )?[A-Z][\w'’.-]{0,40}){0,6}"
 COPULA = r"(?P<verb>is|was|has been|became|remains|serves as|served as)"
 ROLE = (r"(?P<det>the|its|his|her|their) (?P<role>(?:[a-z-]+ ){0,3}[a-z-]+)"
         r"(?: (?P<prep>of|for|at) (?P<of>[A-Z][^,.;]*))?")
