@@ -1,12 +1,13 @@
-"""How the teaching benchmark scores answers: each fact asked in three forms, answered five ways, greedily, as a user
-reads the answer.
+"""How the teaching benchmark scores answers: each fact asked in up to four forms, answered five ways, greedily, as a
+user reads the answer.
 
-Forms: the cloze prompt (Rel: the answer starts the 8-token continuation), an unseen paraphrase (Gen: the same), and
-a plain question (`Question: ...?\\nAnswer:`, QA: the answer within the 16-token continuation).
+Forms: the cloze prompt (Rel: the answer starts the 8-token continuation), an unseen paraphrase (Gen: the same), a
+plain question (`Question: ...?\\nAnswer:`, QA: the answer within the 16-token continuation), and the same question
+as a user's message to /v1/chat/completions (Chat: the same; the service's ways only).
 Ways (`MODES`): the service as it answers after teaching, with its knowledge as weights (the deltas), as context
-(the routed documents' text before the prompt) or both (`knowledge_as` on /generate); BM25 retrieval (the top-2
-taught documents before the prompt, the base model); and the in-context upper bound (the fact's own document before
-the prompt, the base model). Requests go 16 at a time: the server decodes them in one batch.
+(the routed documents' text before the prompt) or both (`knowledge_as`); BM25 retrieval (the top-2 taught documents
+before the prompt, the base model); and the in-context upper bound (the fact's own document before the prompt, the
+base model). Requests go 16 at a time: the server decodes them in one batch.
 """
 from __future__ import annotations
 
