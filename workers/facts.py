@@ -177,12 +177,9 @@ def main_subjects(text: str, sentences: list[Span], spans: list[tuple[int, int, 
     named as often)."""
     if not spans:
         return []
-    used: dict[str, set[int]] = {}
-    for a, b, name in spans:
-        used.setdefault(text[a:b], set())
-    for written in used:
-        ws = subjects.words(written)
-        used[written] = {i for i, (begin, end) in enumerate(sentences) if ws & subjects.words(text[begin:end])}
+    said = [subjects.words(text[begin:end]) for begin, end in sentences]
+    used = {written: {i for i, ws in enumerate(said) if subjects.words(written) & ws}
+            for written in dict.fromkeys(text[a:b] for a, b, _ in spans)}
     most = max(len(where) for where in used.values())
     known = [text[a:b] for a, b, _ in spans if subjects.familiar(text[a:b]) and opens(text, sentences, a)]
     if most < 2:

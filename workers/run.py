@@ -30,6 +30,11 @@ class Run:
     def doc_id(self) -> str:
         return self.record["document_id"]
 
+    @property
+    def made_probes(self) -> bool:
+        """Whether its probes are those the service found in its text (it was sent without any)."""
+        return not self.record.get("probes")
+
     def rounded_timings(self) -> dict[str, float]:
         return {k: round(v, 3) for k, v in self.timings.items()}
 

@@ -43,7 +43,7 @@ def train(parts: Parts, run: Run, examples: list[Example], own: list[Probe], rep
         # Trained (and its probes checked) beside the documents it shares a subject with: a prompt about the subject
         # will have them all on. Only its own state is trained.
         run.method.activate(tuple(d for d in candidate.training_route() if candidate.method_of(d) == run.method.name))
-    steps = budget(parts.settings, examples, bool(own) and bool(run.record.get("probes")))
+    steps = budget(parts.settings, examples, bool(own) and not run.made_probes)
     optimizer = None
     if plan is not None:
         steps = max(1, round(steps * plan.budget_scale))
@@ -58,11 +58,10 @@ def train(parts: Parts, run: Run, examples: list[Example], own: list[Probe], rep
     pinned = [e for e in parts.weigher.probe_examples(own, run.method.question_contexts)
               if e in examples]  # trained in every step
     passing: list[int] = []  # how many of its probes pass, at each check
-    made = not run.record.get("probes")
 
     def probes_pass() -> bool:
         passing.append(sum(s == 1.0 for s in score_probes(parts.model, parts.tokenizer, own)) if own else 0)
-        return bool(own) and (passing[-1] == len(own) or (made and stalled(passing)))
+        return bool(own) and (passing[-1] == len(own) or (run.made_probes and stalled(passing)))
 
     report = run.method.train(
         examples, steps, probes_pass=probes_pass,

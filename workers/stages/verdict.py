@@ -33,7 +33,7 @@ def evaluate(parts: Parts, run: Run) -> Verdict:
                            learned_tolerance=settings.gate.learned_tolerance,
                            neighbour_tolerance=settings.gate.neighbour_tolerance,
                            require_own_probes=settings.gate.require_own_probes,
-                           made_probes=not run.record.get("probes"))
+                           made_probes=run.made_probes)
     if not decision.accepted:
         decision.broken = gate.lost(run.suites, run.before, after)
     run.timings["gate_s"] = time.perf_counter() - clock
