@@ -4,6 +4,7 @@ One module for the learner and every benchmark, so a benchmark measures the exam
 """
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -91,14 +92,18 @@ def auto_probes(doc: Encoded, weights: list[float], min_prompt_words: int = 3) -
     subject's only when there is no other."""
     sentences = sentence_spans(doc.text)
     spans = subjects.name_spans(doc.text)
-    subject_words = {w for name in document_subjects(doc.text, sentences, spans) for w in name.split()}
+    starts, ends = [a for a, _ in doc.offsets], [b for _, b in doc.offsets]
 
     def answer_weight(begin: int, end: int) -> float:
-        return max((w for w, (a, b) in zip(weights, doc.offsets) if a < end and b > begin and b > a), default=0.0)
+        """The largest weight of a token inside [begin, end): found by bisection, not a pass over every token for
+        every candidate (the tokens' ranges are in order)."""
+        inside = range(bisect.bisect_right(ends, begin), min(bisect.bisect_left(starts, end), len(weights)))
+        return max((weights[i] for i in inside if ends[i] > starts[i]), default=0.0)
 
     if made := facts.found(doc.text, sentences, spans, answer_weight, min_prompt_words):
         kept = set(sorted(made, key=lambda m: -m[0])[:MAX_FACTS])
         return [(prompt, answer) for w, prompt, answer in made if (w, prompt, answer) in kept]
+    subject_words = {w for name in document_subjects(doc.text, sentences, spans) for w in name.split()}
     # Among the other words, one English never uses is most likely what the document teaches; a short sentence
     # ("Driva is a river.") still gives its last word.
     words = [m.span() for m in subjects.WORD.finditer(doc.text) if m.group().lower() not in subjects.FUNCTION_WORDS]
