@@ -183,7 +183,31 @@ def test_the_index_routes_exactly_as_the_scan(keys, prompt_words, extra):
     assert routing.reached(set(prompt_words), index, THRESHOLD) == routing.reached(set(prompt_words), scan, THRESHOLD)
     for _, key in listed:
         assert routing.related(key, index, THRESHOLD) == routing.related(key, scan, THRESHOLD)
+    named = [" ".join(prompt_words[:2]), *prompt_words[2:]]
+    assert routing.about(index, named) == routing.about(scan, named)
     assert list(index) == scan and all(index.key_of(d) == key for d, key in scan)
+
+
+class CountingDict(dict):
+    """A dict that counts its lookups (`get`)."""
+    looked_up = 0
+
+    def get(self, key, default=None):
+        CountingDict.looked_up += 1
+        return super().get(key, default)
+
+
+def test_a_long_prompt_is_routed_in_time_linear_in_its_words():
+    """A prompt of W distinct words looks up a few index entries per word, not one per pair of its words (a
+    2,048-token prompt held the GIL for seconds)."""
+    letters = lambda i: "".join(chr(ord("a") + i // 26 ** k % 26) for k in range(3))  # noqa: E731  (no digits)
+    keys = [(f"d{i}", {f"paris{letters(i)} | mayor": 2.0, f"veltoria{letters(i)}": 1.0}) for i in range(50)]
+    index = routing.KeyIndex(keys)
+    index._by_word = CountingDict(index._by_word)
+    prompt_words = {f"word{letters(i)}" for i in range(2000)} | {f"paris{letters(3)}", "mayor"}
+    CountingDict.looked_up = 0
+    assert routing.route(" ".join(sorted(prompt_words)), index, THRESHOLD) == ("d3",)
+    assert CountingDict.looked_up <= 2 * len(prompt_words) + 1
 
 
 @settings(max_examples=200, deadline=None)

@@ -28,6 +28,7 @@ class KeyIndex(Sequence):
         for i, (_, key) in enumerate(self._keys):
             for entry, most in entry_weights(key).items():
                 self._by_word.setdefault(entry, []).append((i, most))
+        self._stems_under = stems_under(self._by_word)
         self._answers = answer_words(self._keys)
 
     def __len__(self) -> int:
@@ -57,6 +58,9 @@ class KeyIndex(Sequence):
         for i, (_, key) in enumerate(keys, start=len(self._keys)):
             for entry, most in entry_weights(key).items():
                 grown._by_word[entry] = [*grown._by_word.get(entry, ()), (i, most)]
+        added = stems_under(grown._by_word.keys() - self._by_word.keys())
+        grown._stems_under = {**self._stems_under,
+                              **{w: self._stems_under.get(w, frozenset()) | more for w, more in added.items()}}
         grown._answers = self._answers | answer_words(list(keys))
         return grown
 
@@ -68,12 +72,22 @@ class KeyIndex(Sequence):
         """The keys that share a word with the prompt and whose terms listed under the prompt's words weigh at least
         `floor` together (a key below it cannot score `floor`: its other terms do not match), in teaching order (the
         added ones last)."""
-        entries = {*prompt_words, "", *(f"{w}|{stem}" for w in prompt_words for stem in stems(prompt_words))}
+        # A word's entries with relation stems are looked up only for the stems listed under it: every pair of the
+        # prompt's words would cost the square of a long prompt's words.
+        prompt_stems = stems(prompt_words)
+        entries = {*prompt_words, "", *(f"{w}|{stem}" for w in prompt_words
+                                        for stem in self._stems_under.get(w, frozenset()) & prompt_stems)}
         bound: dict[int, float] = {}
         for entry in entries:
             for i, most in self._by_word.get(entry, ()):
                 bound[i] = bound.get(i, 0.0) + most
         listed = sorted(i for i, most in bound.items() if most >= floor - FLOOR_SLACK)
+        return [self._keys[i] for i in listed] + self._extra
+
+    def naming(self, names: set[str]) -> list[tuple[str, dict[str, float]]]:
+        """The keys with a term whose name starts with one of `names` (with any relation), in teaching order."""
+        entries = {*names, *(f"{w}|{stem}" for w in names for stem in self._stems_under.get(w, ()))}
+        listed = sorted({i for entry in entries for i, _ in self._by_word.get(entry, ())})
         return [self._keys[i] for i in listed] + self._extra
 
     def in_order(self, document_ids: set[str]) -> tuple[str, ...]:
@@ -86,9 +100,24 @@ class KeyIndex(Sequence):
         return dict(self._extra)[document_id]
 
 
+def stems_under(entries) -> dict[str, frozenset[str]]:
+    """Per word, the relation stems it is listed with ("paris|mayor": "paris" -> {"mayor"})."""
+    found: dict[str, set[str]] = {}
+    for entry in entries:
+        word, bar, stem = entry.partition("|")
+        if bar:
+            found.setdefault(word, set()).add(stem)
+    return {word: frozenset(stems_of) for word, stems_of in found.items()}
+
+
 def candidates(keys: Keys, prompt_words: set[str], floor: float = 0.0) -> Keys:
     """The keys a prompt could reach with a score of `floor`: an index's candidates, or every key of a plain list."""
     return keys.candidates(prompt_words, floor) if isinstance(keys, KeyIndex) else keys
+
+
+def naming(keys: Keys, names: set[str]) -> Keys:
+    """The keys that may hold a term named by `names`: an index's, or every key of a plain list."""
+    return keys.naming(names) if isinstance(keys, KeyIndex) else keys
 
 
 def in_order(keys: Keys, document_ids: set[str]) -> tuple[str, ...]:

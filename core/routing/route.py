@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from core.routing.index import Keys, candidates, in_order
+from core.routing.index import Keys, candidates, in_order, naming
 from core.routing.terms import ANSWER, asked, asked_words, first_word, score, scores, term_words
 from core.subjects import words
 
@@ -51,7 +51,8 @@ def about(keys: Keys, subjects: Iterable[str]) -> tuple[set[str], set[str]]:
     "Vontarex", "Harvard University"), and the subjects that named any."""
     wanted = {subject: words(subject) for subject in subjects}
     ids, found = set(), set()
-    for document_id, key in keys:
+    # Only the keys listed under the subjects' words can hold a term named by them: not a pass over every key.
+    for document_id, key in naming(keys, set().union(*wanted.values())):
         names = [words(term.partition("|")[0]) for term in asked(key)]
         if hits := {subject for subject, ws in wanted.items() if ws in names}:
             ids.add(document_id)
