@@ -9,6 +9,8 @@ from core.state import Knowledge
 from methods.adapter import layer as adapter
 from methods.memory import layer as memory_layer
 from serving.generation import SamplingParams, cut_at_stop, generate, sample_token
+from workers.preview import AutoProbePreview
+from workers.train_attention import phi
 
 SETTINGS = Settings(method_settings={"adapter": {"rank": 4, "alpha": 8}})
 
@@ -99,3 +101,57 @@ def test_greedy_and_nucleus_sampling():
 def test_stop_strings_cut_at_the_earliest():
     assert cut_at_stop("Paris, France. It", (".", ",")) == ("Paris", True)
     assert cut_at_stop("Paris", ("\n",)) == ("Paris", False)
+
+
+def test_an_older_version_a_request_names_loads_outside_the_decoding_lock_and_stays_held(tiny):
+    """Loading a version a request names composes its lineage and routing index (seconds at 100,000 documents):
+    decoding steps go on meanwhile, a second request for it waits for that load rather than making its own, and it
+    stays held for the next request once the first is done."""
+    serving = ServingModel(tiny, SETTINGS)
+    serving.install(1, random_adapter(serving, 1))
+    serving.install(2, random_adapter(serving, 2))  # version 1 is dropped: no request pins it
+    loading, finish, loads = threading.Event(), threading.Event(), []
+
+    def load() -> Knowledge:
+        loads.append(1)
+        loading.set()
+        assert finish.wait(10)
+        return random_adapter(serving, 1)
+
+    def ask() -> None:
+        with serving.pinned(1, load) as pinned:
+            assert pinned == 1
+
+    first, second = threading.Thread(target=ask), threading.Thread(target=ask)
+    first.start()
+    assert loading.wait(10)
+    second.start()
+    decoding_went_on = serving._lock.acquire(timeout=5)  # what every decoding step takes
+    serving._lock.release()
+    finish.set()
+    first.join(10), second.join(10)
+    assert decoding_went_on and loads == [1]
+    with serving.pinned(1, load):
+        assert loads == [1] and serving._loaded == {0, 1, 2}
+
+
+def test_a_preview_holds_the_decoding_lock_one_window_at_a_time(tiny, tmp_path):
+    """phi's pass over a previewed text runs window by window, each one decoding step's hold of the lock: decoding
+    goes on between two windows however long the text (the whole pass under the lock stopped every answer)."""
+    config = phi.PhiConfig(layers=(1, 2), hidden_size=tiny.model.config.hidden_size, window=6, overlap=2,
+                           head="attention")
+    phi.save_checkpoint(tmp_path / "phi", phi.make_head(config), {"base_model": phi.fingerprint(tiny.model)})
+    settings = SETTINGS.model_copy(update={"training": SETTINGS.training.model_copy(
+        update={"phi_checkpoint": tmp_path / "phi"})})
+    serving = ServingModel(tiny, settings)
+    text = "the capital of veltoria is marnhold. " * 4
+    windows = len(phi.window_spans(len(tiny.tokenizer(text)["input_ids"]), config.window, config.overlap))
+    original, holds = serving.run, []
+
+    def run(version, fn, routes=None):
+        holds.append(version)
+        return original(version, fn, routes)
+
+    serving.run = run
+    assert AutoProbePreview(settings)(serving, text, "routed") is not None
+    assert windows > 1 and holds == [0] * windows

@@ -19,8 +19,8 @@ class AutoProbePreview:
 
     def __call__(self, serving: ServingModel, text: str, method: str) -> list[tuple[str, str]] | None:
         """The probes the learner would make for `text` taught with `method`; None where it would make none (a phi
-        that does not fit the model: the learner fails such a document). phi's pass over the text is one step of the
-        decoder's; without a phi for the model every token weighs the same, as in the learner."""
+        that does not fit the model: the learner fails such a document). phi's pass over each window of the text is
+        one step of the decoder's; without a phi for the model every token weighs the same, as in the learner."""
         path = checkpoint_for(self.settings.training.phi_checkpoint, serving.name)
         doc = examples.encode(serving.tokenizer, text)
         if path is None:
@@ -33,6 +33,7 @@ class AutoProbePreview:
                 except PhiMismatch:  # the learner fails such a document, with the reason on its record
                     return None
         phi = self._phi
-        weights = serving.run(0, lambda model: phi.weights(doc.ids))
+        # One window's pass at a time under the decoder's lock: decoding goes on between two windows.
+        weights = phi.weights(doc.ids, lambda work: serving.run(0, lambda model: work()))
         return examples.checkable_auto_probes(doc, weights, examples.unreachable(method, text, self.settings))
 

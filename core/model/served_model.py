@@ -55,7 +55,9 @@ class ServingModel:
         for method in self.methods.values():
             method.add(0, None)
         self._knowledge: dict[int, Knowledge] = {0: Knowledge()}  # per version held: its table and methods' states
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # decoding steps, installs, pins
+        self._loading = threading.Lock()  # loading an older version a request names
+        self._kept = 0  # the older version last loaded for a request: held until another is
         self._pins: Counter[int] = Counter()
         self._loaded: set[int] = {0}
         self.current = 0
@@ -80,7 +82,7 @@ class ServingModel:
 
     def _drop_unused(self) -> None:
         for version in list(self._loaded):
-            if version not in (0, self.current) and self._pins[version] == 0:
+            if version not in (0, self.current, self._kept) and self._pins[version] == 0:
                 for method in self.methods.values():
                     method.drop(version)
                 self._loaded.discard(version)
@@ -100,21 +102,37 @@ class ServingModel:
     @contextmanager
     def pinned(self, version: int | None = None, load: Callable[[], Knowledge] | None = None) -> Iterator[int]:
         """Hold a version for one request: the current one, or `version`, added with `load()` if not held (an
-        older version asked for by name, loaded under the lock, so decoding waits for it; dropped again once
-        no request pins it)."""
-        with self._lock:
-            version = self.current if version is None else version
-            if version not in self._loaded:
-                if load is None:
-                    raise KeyError(f"version {version} is not loaded and there is no way to load it")
-                self._add(version, load())
-            self._pins[version] += 1
+        older version asked for by name). Loading it composes its lineage and routing index: that runs outside the
+        lock every decoding step takes, one load at a time, and the last older version asked for stays held, so
+        requests naming it do not build it again each time."""
+        version = self._pin(version, load)
         try:
             yield version
         finally:
             with self._lock:
                 self._pins[version] -= 1
                 self._drop_unused()
+
+    def _pin(self, version: int | None, load: Callable[[], Knowledge] | None) -> int:
+        with self._lock:
+            version = self.current if version is None else version
+            if version in self._loaded:
+                self._pins[version] += 1
+                return version
+        if load is None:
+            raise KeyError(f"version {version} is not loaded and there is no way to load it")
+        with self._loading:  # a second request for the version waits for the first's load, then finds it held
+            with self._lock:
+                if version in self._loaded:
+                    self._pins[version] += 1
+                    return version
+            state = load()
+            with self._lock:
+                if version not in self._loaded:  # made current meanwhile: installed already
+                    self._add(version, state)
+                self._pins[version] += 1
+                self._kept = version
+        return version
 
     def routes(self, version: int, prompt: str, choice: Choice = ROUTED) -> Routes:
         """Each method's route for a prompt, decided once and held for the whole request: the documents the prompt is

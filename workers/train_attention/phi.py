@@ -18,7 +18,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -153,17 +155,30 @@ def window_spans(n_tokens: int, window: int, overlap: int) -> list[tuple[int, in
         start = end - overlap
 
 
+Work = Callable[[Callable[[], torch.Tensor]], torch.Tensor]
+
+
+def at_once(work: Callable[[], torch.Tensor]) -> torch.Tensor:
+    return work()
+
+
 @torch.no_grad()
-def trunk_features(model: nn.Module, input_ids: list[int], config: PhiConfig) -> torch.Tensor:
-    """[n_tokens, layers * hidden] features of one text, window by window."""
+def trunk_features(model: nn.Module, input_ids: list[int], config: PhiConfig,
+                   each_window: Work = at_once) -> torch.Tensor:
+    """[n_tokens, layers * hidden] features of one text, window by window; `each_window(work)` runs one window's
+    pass (a server's: under its decoding lock, so decoding steps go on between two windows)."""
     causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
     device = next(causal_lm.parameters()).device
     out = torch.empty(len(input_ids), len(config.layers) * config.hidden_size)
-    with base_only(model):
-        for start, end, keep in window_spans(len(input_ids), config.window, config.overlap):
+
+    def window(start: int, end: int) -> torch.Tensor:
+        with base_only(model):
             ids = torch.tensor([input_ids[start:end]], device=device)
-            states = causal_lm.model(input_ids=ids, output_hidden_states=True, use_cache=False).hidden_states
-            out[keep:end] = layer_features(states, config)[0, keep - start:].cpu()
+            return layer_features(causal_lm.model(input_ids=ids, output_hidden_states=True, use_cache=False)
+                                  .hidden_states, config)[0].cpu()
+
+    for start, end, keep in window_spans(len(input_ids), config.window, config.overlap):
+        out[keep:end] = each_window(partial(window, start, end))[keep - start:]
     return out
 
 
@@ -222,11 +237,11 @@ class TrainAttention:
         return cls(model, load_checkpoint(require(path)))
 
     @torch.no_grad()
-    def weights(self, input_ids: list[int]) -> list[float]:
+    def weights(self, input_ids: list[int], each_window: Work = at_once) -> list[float]:
         if not input_ids:
             return []
         config = self.head.config
-        features, w = trunk_features(self.model, input_ids, config), torch.empty(len(input_ids))
+        features, w = trunk_features(self.model, input_ids, config, each_window), torch.empty(len(input_ids))
         # The head reads one trunk window at a time, as in training (whose documents fit one window): the
         # attention head's cost stays bounded on long texts.
         for start, end, keep in window_spans(len(input_ids), config.window, config.overlap):
