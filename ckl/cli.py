@@ -28,7 +28,7 @@ def binding_refusal(settings) -> str | None:
 
     if settings.api_keys or settings.allow_unauthenticated or is_loopback(settings.host):
         return None
-    return (f"refusing to listen on {settings.host} with no API keys: anyone who reaches the port could teach the "
+    return (f"refusing to listen on {settings.host} with no API keys: anyone who reaches the port could use the "
             "model. Configure CKL_API_KEYS (ckl keys new), bind 127.0.0.1, or set CKL_ALLOW_UNAUTHENTICATED=true")
 
 
@@ -44,6 +44,9 @@ def cmd_keys(args: argparse.Namespace) -> None:
                           namespace=args.namespace)
     except ValidationError as exc:
         sys.exit(f"ckl keys: {exc.errors()[0]['msg']}")
+    if "teach" in entry.scopes and entry.namespace is None and not args.shared:
+        sys.exit("ckl keys: a teach key without --namespace teaches the shared namespace, which every key's prompts "
+                 "reach: give a tenant's --namespace NAME, or --shared to mean it")
     key = new_key()
     entry.sha256 = hash_key(key)
     print(f"key (give it to the client; it is not stored): {key}")
@@ -222,9 +225,13 @@ def cmd_export(args: argparse.Namespace) -> None:
 def cmd_router(args: argparse.Namespace) -> None:
     import uvicorn
 
+    from core.settings import Settings
     from service.lora_router import create_router, read_routes
 
-    app = create_router(read_routes(args.routes), args.engine, args.base_model)
+    settings = Settings(host=args.host)  # CKL_API_KEYS and the limits, as the server reads them
+    if refusal := binding_refusal(settings):
+        sys.exit(f"ckl router: {refusal}")
+    app = create_router(read_routes(args.routes), args.engine, args.base_model, settings, args.timeout)
     print(f"routing to {args.engine} on http://{args.host}:{args.port}", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
@@ -250,6 +257,8 @@ def add_server_commands(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--name", required=True)
     k.add_argument("--scopes", default="generate", help="comma-separated: generate, teach, metrics, admin")
     k.add_argument("--namespace", help="a tenant's namespace: the key teaches into it and asks it and the shared one")
+    k.add_argument("--shared", action="store_true", help="a teach key without a namespace: what it teaches reaches "
+                   "every key (one tenant, or an operator's key)")
     k.set_defaults(func=cmd_keys)
 
     p = sub.add_parser("worker", help="run an RQ worker that keeps the model loaded")
@@ -319,6 +328,7 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--base-model", required=True, help="the engine's name for the base model (no subject named)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8100)
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds the engine has to answer (504 after)")
     p.set_defaults(func=cmd_router)
 
     p = sub.add_parser("bench", help="benchmarks that print numbers")

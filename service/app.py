@@ -13,12 +13,10 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import Response
 
 import methods  # noqa: F401  (registers every method folder)
-from core.keys import LOOPBACK_HOSTS, is_loopback
-from core.settings import Settings
 from service.errors import install_error_handlers
 from service.generations import GenerationService
 from service.metrics import Metrics
-from service.middleware import RequestGuard
+from service.middleware import RequestGuard, allowed_hosts
 from service.openai.routes import router as openai_router
 from service.routes import console, docs, documents, generate, health, metrics, probes, versions
 from serving.runtime import Runtime
@@ -82,13 +80,3 @@ async def measure(request: Request, call_next: Callable[[Request], Awaitable[Res
                         extra={"fields": {"method": request.method, "route": route, "status": response.status_code,
                                           "ms": round(1000 * seconds, 1)}})
     return response
-
-
-def allowed_hosts(settings: Settings) -> list[str]:
-    """The Host headers served: as configured; else, open and on loopback, loopback names only (a web page
-    cannot reach the server by DNS rebinding); else any."""
-    if settings.allowed_hosts:
-        return settings.allowed_hosts
-    if not settings.api_keys and is_loopback(settings.host):
-        return list(LOOPBACK_HOSTS)
-    return ["*"]

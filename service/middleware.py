@@ -10,6 +10,8 @@ import uuid
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core import logs
+from core.keys import LOOPBACK_HOSTS, is_loopback
+from core.settings import Settings
 
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
@@ -111,3 +113,13 @@ class RequestGuard:
             await send(message)
 
         await self.app(scope, receive, tagged)
+
+
+def allowed_hosts(settings: Settings) -> list[str]:
+    """The Host headers served: as configured; else, open and on loopback, loopback names only (a web page
+    cannot reach the server by DNS rebinding); else any."""
+    if settings.allowed_hosts:
+        return settings.allowed_hosts
+    if not settings.api_keys and is_loopback(settings.host):
+        return list(LOOPBACK_HOSTS)
+    return ["*"]

@@ -5,6 +5,7 @@ import re
 import pytest
 from fastapi.routing import APIRoute
 
+from ckl import cli
 from ckl.cli import binding_refusal
 from core.keys import KeyConfig, hash_key
 from service.auth import ANY_KEY
@@ -209,3 +210,14 @@ def test_a_teacher_refused_for_a_must_keep_probe_is_not_told_its_answer(keyed):
         assert refused.status_code == 422 and refused.json()["error"]["fields"][0]["rule"] == "contradicts_must_keep"
         assert ("dorvane" in refused.text) is shown
 
+
+
+def test_a_teach_key_for_the_shared_namespace_must_be_asked_for(capsys):
+    """`ckl keys new` with teach scope and no namespace would teach what every tenant's prompts reach: refused
+    unless --shared says so."""
+    with pytest.raises(SystemExit, match="--shared"):
+        cli.main(["keys", "new", "--name", "app", "--scopes", "generate,teach"])
+    for args in (["--scopes", "generate,teach", "--shared"], ["--scopes", "generate,teach", "--namespace", "acme"],
+                 ["--scopes", "generate"]):
+        cli.main(["keys", "new", "--name", "app", *args])
+        assert '"sha256"' in capsys.readouterr().out

@@ -4,7 +4,8 @@ LoRAX) behind a router that picks it by the prompt.
 A subject's documents (those a prompt about it reaches together: routing.related) become one adapter: their
 factors concatenated along the rank, each B scaled by its own document's alpha / rank (so lora_alpha = r and
 PEFT's scaling is 1), with zero blocks where a document does not cover a projection. `routes.json` holds what a
-router needs: the threshold, each document's key in teaching order, and each adapter's documents. A prompt whose
+router needs: the threshold, each document's key and namespace in teaching order, and each adapter's documents
+(a subject's within one namespace). A prompt whose
 route is exactly an adapter's documents is answered by that adapter; a route across two subjects has no single
 adapter (this server adds both subjects' deltas).
 """
@@ -29,12 +30,15 @@ WEIGHTS_FILE = "adapter_model.safetensors"  # PEFT's name
 
 
 def subjects(state: Table, threshold: float) -> list[tuple[str, ...]]:
-    """The documents grouped by subject, each group in teaching order, groups in the order of their first."""
-    keys = state.keys()
+    """The documents grouped by subject within each namespace (a tenant's adapter holds none of another's
+    documents), each group in teaching order, groups in the order of their first."""
     groups: dict[tuple[str, ...], None] = {}
-    for document_id, key in keys:
-        groups.setdefault(routing.related(key, keys, threshold) or (document_id,), None)
-    return list(groups)
+    for namespace in dict.fromkeys(d.namespace for d in state.documents):
+        keys = state.keys(frozenset({namespace}))
+        for document_id, key in keys:
+            groups.setdefault(routing.related(key, keys, threshold) or (document_id,), None)
+    position = {d.document_id: i for i, d in enumerate(state.documents)}
+    return sorted(groups, key=lambda group: position[group[0]])
 
 
 def concatenated(deltas: list[tuple[dict[str, torch.Tensor], float]]) -> dict[str, torch.Tensor]:
@@ -83,7 +87,8 @@ def export_routed(versions: VersionStore, version: int, out: Path, base_model: s
         config.save_pretrained(str(out / name))
         save_file(tensors, str(out / name / WEIGHTS_FILE), metadata={"format": "pt", "ckl_version": str(version)})
         adapters.append({"name": name, "documents": list(documents)})
-    routes = {"version": version, "threshold": threshold, "keys": [[d, k] for d, k in state.keys()],
+    routes = {"version": version, "threshold": threshold,
+              "keys": [[d.document_id, d.key, d.namespace] for d in state.documents],
               "adapters": adapters}
     (out / ROUTES_FILE).write_text(json.dumps(routes, indent=1))
     return out
