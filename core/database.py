@@ -33,7 +33,7 @@ documents = Table(
     Column("seq", Integer, nullable=False),  # the order records were made in (created_at can tie)
     Column("created_at", Float, nullable=False),
     Column("status", String(16), nullable=False),
-    Column("owner", String(128)),
+    Column("owner", String(160)),  # a key's name, after its namespace and "/" for a tenant's (core/keys.py)
     Column("job_id", String(64)),
     # A finished job's seconds, summed by /metrics without reading the records.
     Column("train_s", Float), Column("gate_s", Float), Column("score_before_s", Float),

@@ -137,10 +137,12 @@ class DocumentStore:
             return record
 
     def forget_idempotency(self, document_id: str) -> None:
-        """Delete the idempotency keys that name the document (each holds a hash of its body), and the old pages
-        of the database's log that still hold its text."""
+        """Delete the idempotency keys that name the document (each holds a hash of its body)."""
         with self._writing() as connection:
             connection.execute(delete(idempotency).where(idempotency.c.document_id == document_id))
+
+    def truncate_log(self) -> None:
+        """Drop the old pages of the database's log, which still hold what was rewritten (an erased text)."""
         database.truncate_log(self.engine)
 
     def discard(self, document_id: str, idempotency_key: str | None) -> None:
@@ -236,15 +238,19 @@ class DocumentStore:
         return [r for r in self.pending()
                 if r["status"] == Status.QUEUED and not r["job_id"] and r["created_at"] < before]
 
-    def resumable(self, retries: int, holding: Callable[[str], int | None]) -> list[dict[str, Any]]:
+    def resumable(self, retries: int, holding: Callable[[str], int | None],
+                  erase: Callable[[str, int], None]) -> list[dict[str, Any]]:
         """The pending documents to run again after a worker died. One it died on during every allowed attempt
         is failed instead: a document that kills the process must not take it down at every start. One the
-        current version already holds (`holding` names the version) died after its commit: it is committed."""
+        current version already holds (`holding` names the version) died after its commit: it is committed, and
+        a removal's target erased (`erase(target, version)`: the death may have come before its erasure)."""
         again = []
         for record in self.pending():
             if after_failed_attempt(record["attempts"], retries) is not Status.FAILED:
                 again.append(record)
             elif record["status"] != Status.QUEUED and (version := holding(record["document_id"])) is not None:
+                if record.get("removes"):
+                    erase(record["removes"], version)
                 self.move(record["document_id"], Status.COMMITTED, version=version, error=None)
             else:
                 self.move(record["document_id"], Status.FAILED,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.documents import DocumentStore
-from core.versions import VersionStore
+from core.versions import UnknownVersion, VersionStore
 
 # What a record keeps after erasure: bookkeeping, nothing derived from the text.
 RECORD_KEPT = ("document_id", "status", "method", "weighting", "owner", "namespace", "created_at", "updated_at",
@@ -33,17 +33,25 @@ def without_replaced(entries: list[dict[str, Any]], document_id: str) -> list[di
 
 def erase(documents: DocumentStore, versions: VersionStore, document_id: str, removed_in: int | None) -> None:
     """Erase `document_id` everywhere under the data folder; `removed_in` is the removal's version (None for a
-    document that never became part of any version: rejected or failed)."""
+    document that never became part of any version: rejected or failed). Every version folder is looked into,
+    orphans too (a crash left them unserved, not empty); a manifest that cannot be read and names the document is
+    emptied, and one that does not is left as it is: neither stops the erasure."""
     documents.replace(document_id, lambda record: {**scrubbed_record(record), "removed_in_version": removed_in,
                                                    "erased": True})
     documents.forget_idempotency(document_id)
     for record in documents.mentioning(document_id):
         if any(e.get("document_id") == document_id for e in record.get("replaces") or []):
             documents.update(record["document_id"], replaces=without_replaced(record["replaces"], document_id))
-    for version in versions.versions()[1:]:
-        manifest = versions.manifest(version)
+    for version in sorted({*versions.versions()[1:], *versions.orphans()}):
+        try:
+            manifest = versions.manifest(version)
+        except UnknownVersion:  # cut by a crash: nothing can be scrubbed field by field
+            if versions.manifest_mentions(version, document_id):
+                versions.empty_manifest(version)  # unreadable as before, without what it held
+            continue
         if document_id in manifest["documents"] and not manifest.get("removes"):
             versions.rewrite_manifest(version, scrubbed_manifest(manifest, removed_in))
         elif any(e.get("document_id") == document_id for e in manifest.get("replaces", [])):
             versions.rewrite_manifest(version, {**manifest,
                                                 "replaces": without_replaced(manifest["replaces"], document_id)})
+    documents.truncate_log()  # last: the log's old pages hold every record rewritten above

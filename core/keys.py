@@ -22,7 +22,8 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 class KeyConfig(BaseModel):
     """One configured key (CKL_API_KEYS is a JSON list of these)."""
-    name: str = Field(min_length=1, max_length=64)
+    # Keys of one name in one namespace are one owner's (a key and its replacement); "/" joins a namespace to it.
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[^/]+$")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     scopes: list[str] = Field(min_length=1)
     # A tenant's namespace (core/namespaces.py): the key teaches into it, and its prompts reach its documents and the
@@ -48,9 +49,15 @@ class Caller:
     def is_admin(self) -> bool:
         return "admin" in self.scopes
 
+    @property
+    def owner(self) -> str | None:
+        """Whose documents this caller teaches: its key's name, in its namespace (two tenants' keys both named
+        "app" own nothing of each other's); None for everyone, when no keys are configured."""
+        return self.name if self.name is None or self.namespace is None else f"{self.namespace}/{self.name}"
+
     def owns(self, record: dict) -> bool:
-        """Whether this caller may see or remove a document: an admin, or the key that taught it."""
-        return self.is_admin or record.get("owner") == self.name
+        """Whether this caller may see or remove a document: an admin, or a key of the owner that taught it."""
+        return self.is_admin or record.get("owner") == self.owner
 
     def namespaces(self) -> frozenset[str]:
         """Those whose documents this caller's prompts reach."""

@@ -201,6 +201,17 @@ class VersionStore:
                     continue
         return {d for d in self._removes.values() if d}
 
+    def manifest_mentions(self, version: int, text: str) -> bool:
+        """Whether a version's manifest file holds `text`, read as bytes (one that cannot be parsed too)."""
+        path = self.root / str(version) / MANIFEST_FILE
+        return path.exists() and text.encode() in path.read_bytes()
+
+    def empty_manifest(self, version: int) -> None:
+        """Empty a manifest that cannot be read (erasure: it may hold what it cannot be scrubbed of)."""
+        with self.lock:
+            write_bytes_atomic(self.root / str(version) / MANIFEST_FILE, b"")
+            write_json_atomic(self.root / REWRITTEN_FILE, read_json(self.root / REWRITTEN_FILE, 0) + 1)
+
     def rewrite_manifest(self, version: int, manifest: dict[str, Any]) -> None:
         """Replace a committed version's manifest (erasure scrubs what a removed document left in it)."""
         with self.lock:

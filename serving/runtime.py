@@ -7,8 +7,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
-from core import registry
+from core import erasure, registry
 from core.documents import DocumentStore
 from core.model.loader import LoadedModel, load_model, sharing_weights
 from core.model.served_model import ServingModel, install_committed
@@ -88,7 +89,8 @@ class Runtime:
                                             first=self.warm)
                 held = self.versions.current()
                 for record in self.documents.resumable(  # the worker died with the last server
-                        s.job_retries, lambda doc: self.versions.holding(doc, held)):
+                        s.job_retries, lambda doc: self.versions.holding(doc, held),
+                        partial(erasure.erase, self.documents, self.versions)):
                     self.queue.enqueue(record["document_id"], record["attempts"])
             threading.Thread(target=self._watch, daemon=True, name="ckl-version-watcher").start()
             self.serving = serving

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 from pathlib import Path
 
 from core.documents import DocumentStore, body_hash
@@ -64,4 +65,73 @@ def test_a_document_no_version_holds_is_erased_at_once(tmp_path):
         erased = client.delete(f"/documents/{record['document_id']}")
         assert erased.status_code == 200 and erased.json()["erased"] is True
         assert client.get(f"/documents/{record['document_id']}").json()["status"] == "failed"
+        # Again: answered from the record, nothing written or scanned (each erasure rewrites, truncates the log and
+        # walks every record and manifest).
+        written = documents.get(record["document_id"])["updated_at"]
+        again = client.delete(f"/documents/{record['document_id']}")
+        assert again.status_code == 200 and again.json()["erased"] is True
+        assert documents.get(record["document_id"])["updated_at"] == written
     assert leftovers(tmp_path, body) == []
+
+
+def test_an_erasure_is_committed_whatever_the_gate_says(tmp_path):
+    """A must-keep probe that only the document answers: taking the document out breaks it, and the removal is
+    committed all the same (the owner's right to erase is not the gate's to veto), with what it broke on the
+    removal's record."""
+    settings = tiny_settings(tmp_path, methods={"routed": {"learning_rate": 3e-2}})
+    with tiny_client(settings) as client:
+        record = wait_final(client, client.post("/documents", json=SECRET).json()["document_id"])
+        assert record["status"] == "committed", record
+        assert client.post("/probes", json={"probes": SECRET["probes"]}).status_code == 201
+        removal = wait_final(client, client.delete(f"/documents/{record['document_id']}").json()["document_id"])
+        assert removal["status"] == "committed", removal
+        assert removal["gate"]["accepted"] is False and removal["gate"]["overridden_by_erasure"] is True
+        assert client.get(f"/documents/{record['document_id']}").json()["erased"] is True
+
+
+def test_an_erasure_reaches_orphaned_folders_and_is_not_stopped_by_a_cut_manifest(tmp_path):
+    """Two states a crash leaves, made here by hand (tests/test_crashes.py causes the first with a real kill): a
+    version folder renamed into place but never served (an orphan, holding the document's probes and key), and a
+    manifest cut short. The removal scrubs the orphan, empties the cut manifest that names the document, and a
+    later erasure still completes."""
+    settings = tiny_settings(tmp_path, methods={"routed": {"learning_rate": 3e-2}})
+    with tiny_client(settings) as client:
+        record = wait_final(client, client.post("/documents", json=SECRET).json()["document_id"])
+        other = {**SECRET, "text": "the capital of brennoria is tasvik", "idempotency_key": "other",
+                 "probes": [{"prompt": "the capital of brennoria is", "answer": "tasvik"}]}
+        second = wait_final(client, client.post("/documents", json=other).json()["document_id"])
+        assert record["status"] == second["status"] == "committed"
+        root = tmp_path / "versions"
+        manifest = json.loads((root / "1" / "manifest.json").read_text())
+        for version, content in ((90, json.dumps({**manifest, "version": 90}).encode()),
+                                 (91, json.dumps({**manifest, "version": 91}).encode()[:200])):
+            shutil.copytree(root / "1", root / str(version))
+            (root / str(version) / "manifest.json").write_bytes(content)
+        assert record["document_id"].encode() in (root / "91" / "manifest.json").read_bytes()
+        client.learner.versions.reconcile()  # flags both: never served
+        removal = wait_final(client, client.delete(f"/documents/{record['document_id']}").json()["document_id"])
+        assert removal["status"] == "committed", removal
+        assert leftovers(tmp_path, {k: v for k, v in SECRET.items() if k != "idempotency_key"}) == []
+        assert (root / "91" / "manifest.json").read_bytes() == b""
+        assert json.loads((root / "90" / "manifest.json").read_text())["probes"] == []
+        again = wait_final(client, client.delete(f"/documents/{second['document_id']}").json()["document_id"])
+        assert again["status"] == "committed", again
+
+
+def test_a_failed_document_a_version_holds_is_not_erased_while_served(tmp_path):
+    """A record marked failed whose version was committed (an attempt that failed after its commit, made here by
+    hand: the learner now commits such a record instead): DELETE refuses to erase what is served."""
+    settings = tiny_settings(tmp_path, methods={"routed": {"learning_rate": 3e-2}})
+    documents = DocumentStore(tmp_path)
+    with tiny_client(settings) as client:
+        record = wait_final(client, client.post("/documents", json=SECRET).json()["document_id"])
+        assert record["status"] == "committed"
+        failed, _ = documents.create({"text": "the capital of veltoria is marnhold"}, None)
+        documents.move(failed["document_id"], Status.TRAINING, attempts=3)
+        documents.move(failed["document_id"], Status.FAILED, error="failed after its commit")
+        versions = client.learner.versions
+        versions.rewrite_manifest(1, {**versions.manifest(1), "documents": [record["document_id"],
+                                                                             failed["document_id"]]})
+        refused = client.delete(f"/documents/{failed['document_id']}")
+        assert refused.status_code == 409 and refused.json()["error"]["code"] == "held_by_version", refused.json()
+        assert "erased" not in documents.get(failed["document_id"])

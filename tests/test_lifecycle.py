@@ -88,7 +88,7 @@ def test_resumable_fails_a_document_the_worker_died_in_at_every_allowed_attempt(
     died = [store.create({"text": t}, None)[0]["document_id"] for t in ("a", "b")]
     store.move(died[0], Status.TRAINING, attempts=2)  # at the cap with 1 retry: failed
     store.move(died[1], Status.TRAINING, attempts=1)  # a retry is left: run again
-    again = store.resumable(retries=1, holding=lambda _: None)
+    again = store.resumable(retries=1, holding=lambda _: None, erase=lambda target, version: None)
     assert [r["document_id"] for r in again] == [died[1]]
     assert store.get(died[0])["status"] == "failed" and "all 2 attempts" in store.get(died[0])["error"]
     assert store.get(died[1])["status"] == "training"
@@ -102,5 +102,17 @@ def test_a_document_its_version_holds_is_committed_even_when_its_last_attempt_di
     doc = store.create({"text": "a"}, None)[0]["document_id"]
     store.move(doc, Status.TRAINING, attempts=2)
     store.move(doc, status)
-    assert store.resumable(retries=1, holding={doc: 3}.get) == []
-    assert store.get(doc)["status"] == "committed" and store.get(doc)["version"] == 3
+    erased = []
+    assert store.resumable(retries=1, holding={doc: 3}.get, erase=lambda *args: erased.append(args)) == []
+    assert store.get(doc)["status"] == "committed" and store.get(doc)["version"] == 3 and erased == []
+
+
+def test_a_removal_its_version_holds_erases_its_target_when_its_last_attempt_died(tmp_path):
+    """Killed after the removal's commit, before its target was erased, in the last allowed attempt: committed, and
+    the target erased then (it was left unerased, and a later DELETE refused)."""
+    store = DocumentStore(tmp_path)
+    removal = store.create({"text": "", "removes": "d-target"}, None)[0]["document_id"]
+    store.move(removal, Status.TRAINING, attempts=2)
+    erased = []
+    assert store.resumable(retries=1, holding={removal: 4}.get, erase=lambda *args: erased.append(args)) == []
+    assert store.get(removal)["status"] == "committed" and erased == [("d-target", 4)]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from functools import partial
 
-from core import logs
+from core import erasure, logs
 from core.documents import DocumentStore
 from core.lifecycle import FINAL, Status, after_failed_attempt
 from core.model.loader import LoadedModel
@@ -95,7 +96,9 @@ def requeue_interrupted(settings: Settings, queue: RQQueue) -> list[str]:
     documents = DocumentStore(settings.data_dir, settings.database_url)
     versions = VersionStore(settings.data_dir / "versions")
     requeued = []
-    for record in documents.resumable(settings.job_retries, lambda doc: versions.holding(doc, versions.current())):
+    erase = partial(erasure.erase, documents, versions)
+    for record in documents.resumable(settings.job_retries, lambda doc: versions.holding(doc, versions.current()),
+                                      erase):
         if record["status"] == Status.QUEUED and record["job_id"] and queue.has_job(record["job_id"]):
             continue
         job_id = queue.enqueue(record["document_id"], record["attempts"] + 1)

@@ -117,8 +117,13 @@ class Learner:
         status (committed, then announcing the version failed): the version holds the document either way."""
         if self.documents.get(document_id)["status"] in FINAL:
             return
-        self.documents.move(document_id, after_failed_attempt(attempts, self.parts.settings.job_retries),
-                            error=f"{type(exc).__name__}: {exc}")
+        status = after_failed_attempt(attempts, self.parts.settings.job_retries)
+        if status is Status.FAILED and (held := self.versions.holding(document_id, self.versions.current())):
+            # It failed after its commit (erasing a removal's target, announcing the version): the version holds it,
+            # and a document marked failed would be erased at once while still served.
+            self.documents.move(document_id, Status.COMMITTED, version=held, error=f"{type(exc).__name__}: {exc}")
+            return
+        self.documents.move(document_id, status, error=f"{type(exc).__name__}: {exc}")
 
     def _learn(self, parent: int, record: dict[str, Any]) -> Status:
         """The document's stages; once more after a first rejection whose reason suggests another try."""

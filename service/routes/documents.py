@@ -36,7 +36,8 @@ from serving.runtime import Runtime
 
 router = APIRouter()
 TeachCaller = Annotated[Caller, Depends(needs("teach"))]  # each route's access rule: the key that asks
-# phi's pass over a previewed text holds the decoder's lock for its length: one preview at a time, others a 429.
+# phi's pass over a previewed text holds the decoder's lock one window at a time; it is still a pass over the whole
+# text: one preview at a time, others a 429.
 PREVIEWS = threading.BoundedSemaphore(1)
 
 
@@ -51,12 +52,12 @@ def post_document(req: DocumentRequest, runtime: RuntimeDep,
     pending = runtime.documents.pending_count()
     if pending >= settings.limits.max_queued_documents:
         raise busy(f"{pending} documents are waiting to be learned", retry_after_s=30)
-    if caller.name and runtime.documents.pending_count(caller.name) >= settings.limits.max_queued_per_key:
+    if caller.owner and runtime.documents.pending_count(caller.owner) >= settings.limits.max_queued_per_key:
         raise busy(f"this key has {settings.limits.max_queued_per_key} documents waiting", retry_after_s=30)
     body = {**req.model_dump(exclude={"idempotency_key"}), "weighting": weighting, "method": method,
-            "owner": caller.name, "namespace": caller.namespace or SHARED}
+            "owner": caller.owner, "namespace": caller.namespace or SHARED}
     # Idempotency keys are each API key's own: one caller can neither reuse nor probe another's.
-    key = json.dumps(["user", caller.name, req.idempotency_key]) if req.idempotency_key else None
+    key = json.dumps(["user", caller.owner, req.idempotency_key]) if req.idempotency_key else None
     return accept(runtime, body, key, lambda exc: ApiError(409, "idempotency_conflict", str(exc)),
                   cost(runtime, req.text, pending))
 
@@ -111,13 +112,19 @@ def delete_document(document_id: str, runtime: RuntimeDep,
     document no version holds (rejected or failed) is erased at once (200)."""
     target = owned(runtime, document_id, caller)
     if target["status"] in (Status.REJECTED, Status.FAILED) and not target.get("removes"):
-        erasure.erase(runtime.documents, runtime.versions, document_id, None)
+        if target["status"] == Status.FAILED and (held := runtime.versions.holding(document_id,
+                                                                                  runtime.versions.current())):
+            raise ApiError(409, "held_by_version", f"version {held} holds this document though its attempt failed: "
+                                                   "it is served, so it is not erased at once; roll back to a "
+                                                   "version before it")
+        if not target.get("erased"):  # erased already: a repeated DELETE writes and scans nothing again
+            erasure.erase(runtime.documents, runtime.versions, document_id, None)
         return JSONResponse({"document_id": document_id, "status": target["status"], "erased": True})
     refuse_removal(runtime, target)
     require_serving(runtime)
     body = {"text": "", "probes": [], "method": target["method"], "weighting": "uniform", "removes": document_id,
-            "owner": caller.name, "namespace": namespace_of(target)}
-    return accept(runtime, body, json.dumps(["remove", caller.name, document_id, runtime.versions.current()]),
+            "owner": caller.owner, "namespace": namespace_of(target)}
+    return accept(runtime, body, json.dumps(["remove", caller.owner, document_id, runtime.versions.current()]),
                   lambda exc: ApiError(409, "already_removing", "a removal of this document is already queued"))
 
 
@@ -137,7 +144,7 @@ def get_document(document_id: str, runtime: RuntimeDep, caller: TeachCaller) -> 
 @router.get("/documents")
 def list_documents(runtime: RuntimeDep, caller: TeachCaller, offset: int = Query(0, ge=0, le=SQL_MAX_INT),
                    limit: int = Query(50, ge=1, le=500)) -> dict[str, Any]:
-    total, records = runtime.documents.page(None if caller.is_admin else caller.name, offset, limit)
+    total, records = runtime.documents.page(None if caller.is_admin else caller.owner, offset, limit)
     brief = [{k: r[k] for k in ("document_id", "status", "version", "created_at", "method")} for r in records]
     return {"total": total, "offset": offset, "limit": limit, "items": brief}
 

@@ -18,16 +18,20 @@ from workers.stages.verdict import evaluate, general_drift
 
 
 def finish(parts: Parts, run: Run, probes: list[dict[str, str]],
-           on_commit: Callable[[int], object] = lambda version: None, may_retry: bool = False) -> Status:
+           on_commit: Callable[[int], object] = lambda version: None, may_retry: bool = False,
+           erasure: bool = False) -> Status:
     """Evaluate the candidate, then commit or reject it. `probes`: the document's, as its manifest keeps them;
-    `on_commit(version)` runs once the version is committed, before the record says so."""
+    `on_commit(version)` runs once the version is committed, before the record says so. An `erasure` (a
+    removal) is committed whatever the gate says: what it broke goes on the record, but a document's owner may
+    always take it out."""
     parts.documents.move(run.doc_id, Status.EVALUATING)
     verdict = evaluate(parts, run)
     before, after = run.before, verdict.after
     scores = {"before": before.summary(), "after": after.summary(), "own_before": before.own, "own_after": after.own}
-    outcome = {"gate": verdict.decision.to_json(), "scores": scores, **run.fields,
-               **({"facts": facts_found(probes, after.own)} if after.own else {})}
-    if not verdict.decision.accepted:
+    outcome = {"gate": {**verdict.decision.to_json(), **({"overridden_by_erasure": True}
+                                                         if erasure and not verdict.decision.accepted else {})},
+               "scores": scores, **run.fields, **({"facts": facts_found(probes, after.own)} if after.own else {})}
+    if not verdict.decision.accepted and not erasure:
         timed_out = (run.fields.get("training") or {}).get("timed_out")  # more steps would not fit either
         plan = gate.retry_plan(verdict.decision) \
             if may_retry and parts.settings.gate.retry_on_rejection and not timed_out else None

@@ -1,6 +1,7 @@
 """A removal job (DELETE /documents/{id}) as the same stages: prepare from the current version, the method's `remove`
 in place of weigh and train (it trains again, through the train stage, the later documents a method cannot keep
-without relearning), then the gate's verdict and a commit (the document erased) or a rejection."""
+without relearning), then the gate's verdict and a commit (the document erased), whatever the verdict: an erasure is not the gate's to
+veto; what it broke is on the removal's record."""
 from __future__ import annotations
 
 from typing import Any
@@ -59,5 +60,5 @@ def remove(parts: Parts, parent: int, record: dict[str, Any]) -> Status:
     # A removed document keeps its id and what happened (its status stays committed), not what it said
     # (core/erasure.py). The version that learned it keeps its delta: activating it needs an admin's force, and
     # asking it by name (ckl-vN) is refused.
-    return finish(parts, run, probes=[], on_commit=lambda version: erasure.erase(
+    return finish(parts, run, probes=[], erasure=True, on_commit=lambda version: erasure.erase(
         documents, versions, target["document_id"], version))
