@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Generator, Iterator
 from contextlib import closing, suppress
+from dataclasses import replace
 from typing import Any, Literal
 
 from core.documents import UnknownDocument
@@ -16,7 +17,7 @@ from core.served import Choice
 from core.state import Knowledge as VersionKnowledge
 from core.state import resolve, restored_by
 from service.errors import ApiError, busy, field_error
-from service.in_context import with_context
+from service.in_context import InContext, surer, with_context
 from service.metrics import Metrics
 from service.schemas import DOCUMENT_NAME, Knowledge, KnowledgeAs
 from serving.batching import Scheduler
@@ -140,7 +141,7 @@ class GenerationService:
         """Text pieces, then the Generation. Checked now, before a streamed response sends anything: 404 for a
         version that cannot be asked, 422 for knowledge it does not hold or the caller may not name, 429 when as
         many generations run and wait as the settings allow. `knowledge_as`: the knowledge as weights, as the
-        documents' text before the prompt, or both (service/in_context.py)."""
+        documents' text before the prompt, or both ways at once (service/in_context.py)."""
         scheduler = self.scheduler()
         version = self.version(version)
         choice = self.choice(knowledge, caller)
@@ -149,37 +150,59 @@ class GenerationService:
                 raise field_error("knowledge", "pinned_version", f"off answers with version 0, not the version "
                                                                  f"asked ({version}): ask the current one or 0")
             version = 0
-        elif choice.named:
-            version = self.held(version, choice)
-        if not self._admitted.acquire(blocking=False):
+        if not self._admitted.acquire(blocking=False):  # before any work for the request: a 429 costs nothing
             s = self.settings.limits
             raise busy(f"{s.max_concurrent_generations} generations are running and {s.max_waiting_generations} "
                        "waiting", retry_after_s=1)
         self.metrics.admitted.inc()
         slot = Slot(self._admitted, self.metrics.admitted.dec)
-        load = self.loader(version)
-        context: list[str] = []
-        if knowledge_as != "weights":
-            try:
-                made = with_context(self.serving(), ids, version, load, choice, knowledge_as, self.text_of,
+        made: InContext | None = None
+        try:
+            if choice.named and knowledge != "off":
+                version = self.held(version, choice)
+            load = self.loader(version)
+            if knowledge_as != "weights":
+                made = with_context(self.serving(), ids, version, load, choice, self.text_of,
                                     self.settings.limits.max_prompt_tokens)
-            except BaseException:
-                slot.release()
-                raise
-            ids, choice, context = made.ids, made.choice, made.documents
+        except BaseException:
+            slot.release()
+            raise
         cancel = threading.Event()  # set by close(), from any thread: the decoder retires the sequence
+
+        def decoded(prompt_ids: list[int], asked: Choice, sampling: SamplingParams = params,
+                    on_retire: Callable[[], None] | None = slot.release) -> Iterator[str | Generation]:
+            return scheduler.stream(prompt_ids, sampling, version, load, on_retire, asked, cancel)
 
         def pieces() -> Iterator[str | Generation]:
             try:
-                with closing(scheduler.stream(ids, params, version, load, slot.release, choice, cancel)) as items:
+                with closing(answers(decoded, ids, choice, params, made, knowledge_as)) as items:
                     for item in items:
                         if isinstance(item, Generation):
                             self.metrics.generation(item.timing["first_token_s"], item.completion_tokens)
-                            item.knowledge_as, item.context = knowledge_as, context
+                            item.knowledge_as, item.answered_as = knowledge_as, item.answered_as or knowledge_as
                         yield item
             finally:
                 slot.release()
         return Admitted(pieces(), slot, cancel)
+
+
+Decoded = Callable[..., Iterator[str | Generation]]  # a prompt's ids and choice (and sampling, on_retire) decoded
+
+
+def answers(decoded: Decoded, ids: list[int], choice: Choice, params: SamplingParams, made: InContext | None,
+            knowledge_as: KnowledgeAs) -> Iterator[str | Generation]:
+    """The request's pieces and Generation with its knowledge as asked: as weights (the prompt as sent), as context
+    (`made`), or both ways at once, the surer answer given whole (in_context.surer)."""
+    if knowledge_as == "both":
+        result = surer(lambda i, c: decoded(i, c, replace(params, confidence=True), None), made, ids, choice)
+        yield from (result.text, result) if result.text else (result,)
+    elif made is not None:
+        for item in decoded(made.ids, made.choice):
+            if isinstance(item, Generation):
+                item.context = made.documents
+            yield item
+    else:
+        yield from decoded(ids, choice)
 
 
 def citation(result: Generation, knowledge: Chosen) -> dict[str, Any]:
@@ -187,7 +210,8 @@ def citation(result: Generation, knowledge: Chosen) -> dict[str, Any]:
     its route score and the key terms the prompt named) or method whose delta was on, and the documents whose text
     went before the prompt."""
     return Knowledge(version=result.knowledge_version, chosen=knowledge, used=result.used,
-                     knowledge_as=result.knowledge_as, context=result.context).model_dump()
+                     knowledge_as=result.knowledge_as, context=result.context,
+                     answered_as=result.answered_as).model_dump()
 
 
 class Slot:

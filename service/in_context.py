@@ -1,20 +1,22 @@
 """Knowledge as context: the text of the documents a prompt is routed to, put before it.
 
 A request chooses how its knowledge answers (`knowledge_as`): as weights (the routed documents' deltas, the
-default), as context (their text before the prompt, every delta off), or both. The documents are those the prompt
-is routed to in the version it runs on (or those it names), best route score first, as many as fit the prompt
-limit, at most MAX_DOCUMENTS; the answer cites them. What it costs is the documents' tokens: the answer's
-`prompt_tokens` counts them.
+default), as context (their text before the prompt, every delta off), or both: the prompt answered both ways at
+once, and the answer the model is surer of given (the mean log-probability of its first tokens; `answered_as` says
+which). The documents are those the prompt is routed to in the version it runs on (or those it names), best route
+score first, as many as fit the prompt limit, at most MAX_DOCUMENTS; the answer cites them. What context costs is
+the documents' tokens: the answer's `prompt_tokens` counts them (both ways' tokens with both).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from core.model.served_model import ServingModel
 from core.served import Choice
 from core.state import Knowledge
-from service.schemas import KnowledgeAs
+from serving.generation import Generation
 
 MAX_DOCUMENTS = 3  # a prompt about one subject reaches its few documents; more is mostly cost
 
@@ -39,10 +41,9 @@ def joined(ids: list[int], bos: int | None, texts: list[list[int]]) -> list[int]
 
 
 def with_context(serving: ServingModel, ids: list[int], version: int | None, load: Callable[[], Knowledge] | None,
-                 choice: Choice, knowledge_as: KnowledgeAs, text_of: Callable[[str], str | None],
-                 max_tokens: int) -> InContext:
-    """The request as `knowledge_as` asks: its prompt with the routed documents' text before it (within
-    `max_tokens` in all), routed on the prompt it sent, with the deltas on only for "both"."""
+                 choice: Choice, text_of: Callable[[str], str | None], max_tokens: int) -> InContext:
+    """The request with its knowledge as context: its prompt with the routed documents' text before it (within
+    `max_tokens` in all), routed on the prompt it sent, every delta off."""
     prompt = serving.tokenizer.decode(ids, skip_special_tokens=True)
     with serving.pinned(version, load) as pinned:
         used = serving.cite(pinned, prompt, serving.routes(pinned, prompt, choice))
@@ -55,5 +56,36 @@ def with_context(serving: ServingModel, ids: list[int], version: int | None, loa
             texts.append(tokens)
             documents.append(document_id)
             room -= len(tokens)
-    return InContext(joined(ids, serving.tokenizer.bos_token_id, texts),
-                     replace(choice, weights=knowledge_as == "both", route_on=prompt), documents)
+    return InContext(joined(ids, serving.tokenizer.bos_token_id, texts), replace(choice, weights=False, route_on=prompt),
+                     documents)
+
+
+Run = Callable[[list[int], Choice], Iterator[str | Generation]]
+
+
+def answered(pieces: Iterator[str | Generation]) -> Generation:
+    *_, result = pieces
+    return result
+
+
+def sureness(answer: Generation) -> float:
+    return float("-inf") if answer.confidence is None else answer.confidence
+
+
+def surer(run: Run, as_context: InContext, ids: list[int], choice: Choice) -> Generation:
+    """The prompt answered with its knowledge as context and as weights at once (`run(ids, choice)` decodes one in
+    the batch), and the answer the model is surer of: the higher mean log-probability of its first tokens
+    (Generation.confidence; a tie goes to context). Its usage counts both ways' tokens."""
+    with ThreadPoolExecutor(2) as pool:  # both submitted before either is waited for: decoded side by side
+        futures = [pool.submit(answered, run(as_context.ids, as_context.choice)),
+                   pool.submit(answered, run(ids, choice))]
+        by_context, by_weights = (future.result() for future in futures)
+    if sureness(by_context) >= sureness(by_weights):
+        winner, other = by_context, by_weights
+        winner.context, winner.answered_as = as_context.documents, "context"
+    else:
+        winner, other = by_weights, by_context
+        winner.answered_as = "weights"
+    winner.prompt_tokens += other.prompt_tokens
+    winner.completion_tokens += other.completion_tokens
+    return winner

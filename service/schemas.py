@@ -45,8 +45,8 @@ def knowledge_choice(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
                          'characters each)') from None
 
 
-# How a request's knowledge answers: as the documents' deltas, as their text before the prompt, or both
-# (service/in_context.py).
+# How a request's knowledge answers: as the documents' deltas, as their text before the prompt, or both ways at once,
+# the surer answer given (service/in_context.py).
 KnowledgeAs = Literal["weights", "context", "both"]
 
 
@@ -68,6 +68,7 @@ class Knowledge(BaseModel):
     used: list[UsedKnowledge]
     knowledge_as: KnowledgeAs = "weights"
     context: list[str] = []
+    answered_as: Literal["context", "weights"] = "weights"  # the way whose answer was given (with both: the surer)
 
 
 class GenerateRequest(Strict):

@@ -281,7 +281,7 @@ class Scheduler:
         token = sample_token(logits, params.temperature, params.top_p, sequence.generator)
         if not sequence.first_token_s:
             sequence.first_token_s = time.perf_counter() - sequence.started
-        if piece := sequence.answer.add(token):
+        if piece := sequence.answer.add(token, logits):
             sequence.out.put(piece)
         return token
 

@@ -20,6 +20,7 @@ class SamplingParams:
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    confidence: bool = False  # the Generation's `confidence` wanted (a log-softmax per token)
 
 
 @dataclass
@@ -33,6 +34,18 @@ class Generation:
     used: list[dict[str, Any]] = field(default_factory=list)  # the knowledge that answered (ServingModel.cite)
     knowledge_as: str = "weights"  # how: as weights, as context, or both (service/in_context.py)
     context: list[str] = field(default_factory=list)  # the documents whose text went before the prompt
+    answered_as: str | None = None  # the way that answered ("context" or "weights"; with both, the surer)
+    # The mean log-probability of the answer's first CONFIDENCE_TOKENS tokens (None unless asked for).
+    confidence: float | None = None
+
+
+CONFIDENCE_TOKENS = 8  # an answer's first words: what the question asked for
+
+
+def log_probability(logits: torch.Tensor, token: int) -> float:
+    """The log-probability of `token` under the softmax of `logits`."""
+    logits = logits.float()
+    return float(logits[token] - torch.logsumexp(logits, dim=-1))
 
 
 def sample_token(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> int:
@@ -79,16 +92,20 @@ class Answer:
     def __init__(self, tokenizer: PreTrainedTokenizerBase, params: SamplingParams, stops: set[int]) -> None:
         self.tokenizer, self.params, self.stops = tokenizer, params, stops
         self.tokens: list[int] = []
+        self.log_probabilities: list[float] = []  # of the tokens taken, where params.confidence asks
         self.text, self.sent = "", 0
         # "stop" (end of sequence or a stop string) or "length" once complete; None while more tokens may come.
         self.finish_reason: str | None = None if params.max_new_tokens > 0 else "length"
 
-    def add(self, token: int) -> str:
-        """Take one sampled token; gives the text that became final with it ("" for none)."""
+    def add(self, token: int, logits: torch.Tensor | None = None) -> str:
+        """Take one sampled token (sampled from `logits`); gives the text that became final with it ("" for
+        none)."""
         if token in self.stops:
             self.finish_reason = "stop"
             return ""
         self.tokens.append(token)
+        if self.params.confidence and logits is not None and len(self.log_probabilities) < CONFIDENCE_TOKENS:
+            self.log_probabilities.append(log_probability(logits, token))
         self.text, stopped = cut_at_stop(self.tokenizer.decode(self.tokens, skip_special_tokens=True),
                                          self.params.stop)
         if stopped:
@@ -118,6 +135,7 @@ class Answer:
             timing={"first_token_s": round(first_token_s, 4), "total_s": round(total, 4),
                     "tokens_per_s": round(len(self.tokens) / total, 2) if total > 0 else 0.0},
             used=used,
+            confidence=sum(self.log_probabilities) / len(self.log_probabilities) if self.log_probabilities else None,
         )
 
 
@@ -147,10 +165,11 @@ def stream(serving: ServingModel, prompt_ids: list[int], params: SamplingParams,
                 routes,
             )
             cache = out.cache
-            token = sample_token(out.logits[0, -1].float().cpu(), params.temperature, params.top_p, generator)
+            logits = out.logits[0, -1].float().cpu()
+            token = sample_token(logits, params.temperature, params.top_p, generator)
             if not first_token_s:
                 first_token_s = time.perf_counter() - started
-            if piece := answer.add(token):
+            if piece := answer.add(token, logits):
                 yield piece
             step_input = torch.tensor([[token]], device=serving.device)
     if piece := answer.rest():

@@ -62,7 +62,8 @@ def test_answers_cite_the_documents_that_answered_and_chosen_knowledge_answers_t
         base = client.post("/v1/completions", json={"model": "ckl-v0", "prompt": PROMPT, "max_tokens": 4,
                                                     "temperature": 0}).json()
         assert off["text"] == base["choices"][0]["text"] and off["text"].split()[:1] != ["marnhold"]
-        assert off["knowledge"] == {"version": 0, "chosen": "off", "used": [], "knowledge_as": "weights", "context": []}
+        assert off["knowledge"] == {"version": 0, "chosen": "off", "used": [], "knowledge_as": "weights", "context": [],
+                                    "answered_as": "weights"}
         assert_knowledge_as_context(client, veltoria, auto["knowledge"]["used"])
 
         # Streamed: the last event carries it; OpenAI: the extension field, sent and read by the official client.
@@ -82,14 +83,39 @@ def test_answers_cite_the_documents_that_answered_and_chosen_knowledge_answers_t
 
 def assert_knowledge_as_context(client, veltoria: str, used: list[dict]) -> None:
     """As context: the routed document's text before the prompt, every delta off, the same tokens as that prompt sent
-    to version 0; as both: the deltas on too."""
+    to version 0; as both: one of the two ways' answers, cited as that way, its usage both ways'."""
     context = ask(client, knowledge_as="context")
     assert context["knowledge"]["context"] == [veltoria] and context["knowledge"]["used"] == []
     by_hand = ask(client, "off", prompt=VELTORIA["text"] + "\n" + PROMPT)
     assert (context["text"], context["prompt_tokens"]) == (by_hand["text"], by_hand["prompt_tokens"])
+    weights = ask(client)
     both = ask(client, knowledge_as="both")
-    assert both["knowledge"]["context"] == [veltoria] and both["knowledge"]["used"] == used
+    way = {"context": context, "weights": weights}[both["knowledge"]["answered_as"]]
+    # Decoded beside the other way (one batch, padded), the answer may end a token apart from it decoded alone.
+    assert both["text"].split()[:1] == way["text"].split()[:1] and both["knowledge"]["used"] == way["knowledge"]["used"]
+    assert both["knowledge"]["context"] == way["knowledge"]["context"]
+    assert both["prompt_tokens"] == context["prompt_tokens"] + weights["prompt_tokens"]
     assert ask(client, prompt="the capital of", knowledge_as="both")["knowledge"]["context"] == []
+
+
+def test_both_gives_the_answer_the_model_is_surer_of():
+    """`surer`: the way whose answer's first tokens have the higher mean log-probability (a tie, or neither known,
+    goes to context), cited as that way, its usage both ways'. The decoding is stood in for by answers made here."""
+    from core.served import ROUTED
+    from service.in_context import InContext, surer
+    from serving.generation import Generation
+
+    def made(text: str, confidence: float | None, tokens: int) -> Generation:
+        return Generation(text, prompt_tokens=tokens, completion_tokens=2, finish_reason="stop", knowledge_version=1,
+                          confidence=confidence)
+
+    as_context = InContext([1, 2, 3, 4], ROUTED, ["d1"])
+    for by_context, by_weights, expected in ((-0.5, -0.1, "weights"), (-0.1, -0.5, "context"), (-0.3, -0.3, "context"),
+                                             (None, None, "context"), (None, -2.0, "weights")):
+        answers = {4: made("from the text", by_context, 4), 2: made("from the deltas", by_weights, 2)}
+        result = surer(lambda ids, choice: iter([answers[len(ids)]]), as_context, [1, 2], ROUTED)
+        assert result.answered_as == expected and result.prompt_tokens == 6 and result.completion_tokens == 4
+        assert result.context == (["d1"] if expected == "context" else [])
 
 
 def assert_unknown_knowledge_is_refused(client, taught_in_2: str) -> None:
@@ -137,6 +163,26 @@ def test_a_key_cannot_name_another_keys_document(tmp_path):
         refused = client.post("/generate", json=body, headers=bob)
         assert refused.status_code == 422 and refused.json()["error"]["fields"][0]["rule"] == "unknown_document"
         assert client.post("/generate", json=body, headers=ann).json()["knowledge"]["used"][0]["document_id"] == taught
+
+
+def test_two_tenants_keys_of_one_name_share_nothing(tmp_path):
+    """Keys are named by whoever configures them: two tenants' keys both named "app" neither list, read, delete nor
+    share idempotency keys with each other's documents; a second key of one tenant's name (a replacement) does."""
+    keys = [KeyConfig(name="app", sha256=hash_key(f"key-{n}"), scopes=["teach"], namespace=n.rstrip("2"))
+            for n in ("acme", "globex", "acme2")]
+    acme, globex, acme2 = ({"Authorization": f"Bearer key-{n}"} for n in ("acme", "globex", "acme2"))
+    with tiny_client(tiny_settings(tmp_path, methods=FAST, api_keys=keys)) as client:
+        body = {**VELTORIA, "idempotency_key": "first"}
+        ours = client.post("/documents", json=body, headers=acme).json()["document_id"]
+        for refused in (client.get(f"/documents/{ours}", headers=globex), client.delete(f"/documents/{ours}",
+                                                                                        headers=globex)):
+            assert refused.status_code == 404, refused.json()
+        assert client.get("/documents", headers=globex).json()["total"] == 0
+        theirs = client.post("/documents", json=body, headers=globex).json()["document_id"]
+        assert theirs != ours
+        assert client.get(f"/documents/{ours}", headers=acme2).status_code == 200
+        assert client.post("/documents", json=body, headers=acme2).json()["document_id"] == ours
+        assert [d["document_id"] for d in client.get("/documents", headers=acme2).json()["items"]] == [ours]
 
 
 def test_two_tenants_can_neither_read_nor_reach_nor_override_each_others_facts(tmp_path):
