@@ -13,7 +13,7 @@ import json
 import re
 from pathlib import Path
 
-from bench.teach import same_answer
+from bench.teach import auto_probe_quality, facts_of, same_answer
 from research.lama_ckl import add_data_argument
 from workers import examples
 
@@ -33,24 +33,25 @@ def made(text: str) -> list[dict[str, str]]:
     return [{"prompt": prompt, "answer": answer} for prompt, answer in probes]
 
 
-def lama_documents(folder: Path) -> list[tuple[str, list[dict[str, str]]]]:
+def lama_documents(folder: Path) -> list[dict]:
     rows = [json.loads(line) for line in (folder / "variant_dev.jsonl").read_text().splitlines() if line.strip()]
-    return [(row["task_descriptive"].replace(" .", ".").replace(" ,", ","),
-             [{"prompt": "", "answer": row["object"]}]) for row in rows]
+    return [{"text": row["task_descriptive"].replace(" .", ".").replace(" ,", ","),
+             "probe": {"prompt": "", "answer": row["object"]}} for row in rows]
 
 
-def set_documents(path: Path) -> list[tuple[str, list[dict[str, str]]]]:
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [(row["text"], [row["probe"], row["paraphrase"]]) for row in rows]
+def set_documents(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def measure(documents: list[tuple[str, list[dict[str, str]]]]) -> dict:
-    probes = [(probe, hidden) for text, hidden in documents for probe in made(text)]
-    asks = [any(same_answer(p, h) or p["answer"].casefold() == h["answer"].casefold() for h in hidden)
-            for p, hidden in probes]
-    return {"documents": len(documents), "probes": len(probes), "hidden_answer": round(sum(asks) / len(asks), 3),
-            "documents_without": sum(not made(text) for text, _ in documents),
-            "missed": [[p["prompt"], p["answer"]] for (p, _), ok in zip(probes, asks) if not ok][:10]}
+def measure(documents: list[dict]) -> dict:
+    """What `ckl bench teach` reports of the probes a server made (auto_probe_quality), for these made here, and
+    the hidden facts no probe asks for."""
+    rows = [{"auto_probes": made(doc["text"])} for doc in documents]
+    quality = auto_probe_quality(documents, rows)
+    missed = [[fact["probe"]["prompt"], fact["probe"]["answer"]] for fact in facts_of(documents)
+              if not any(same_answer(p, fact["probe"]) for p in rows[fact["document"]]["auto_probes"])]
+    return {"documents": len(documents), **{k: v for k, v in quality.items() if k != "examples"},
+            "not_covered": missed[:10]}
 
 
 def main(argv: list[str]) -> None:

@@ -1,6 +1,7 @@
 """`ckl bench step-time`: one training step of a paragraph-sized batch (a 100-token window, 16 probes of 20 tokens,
 2 replayed rows) on the served model, computed as one batch padded to the longest example and as passes of similar
-length (core/training.py: by_length); the median of 5 steps each, after one to warm up."""
+length (core/training.py: by_length), and those passes in bfloat16 autocast (CKL_TRAINING_AUTOCAST); the median of 5
+steps each, after one to warm up."""
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,12 @@ def main(argv: list[str]) -> None:
     optimizer, params = method.optimizer(), method.parameters()
     for param in params:
         param.requires_grad_(True)
-    for name, losses in (("one padded batch", method._padded_losses), ("passes of similar length", method.losses)):
+    similar = method.losses
+    for name, losses, autocast in (("one padded batch", method._padded_losses, "off"),
+                                   ("passes of similar length", similar, "off"),
+                                   ("passes of similar length, bfloat16 autocast", similar, "bfloat16")):
         method.losses = losses
+        method.settings.training.autocast = autocast
         seconds = []
         for _ in range(args.steps + 1):
             started = time.perf_counter()

@@ -9,6 +9,7 @@ positions, clipped gradients, and a stop as soon as the document's probes pass.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
@@ -240,6 +241,12 @@ class UpdateMethod(ABC):
         return [value for i in range(0, len(examples), batch_size)
                 for value in self.losses(examples[i:i + batch_size])[0].tolist()]
 
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The precision a training step's passes run in (CKL_TRAINING_AUTOCAST)."""
+        if self.settings.training.autocast == "off":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=torch.bfloat16)
+
     def loss(self, batch: list[Example]) -> torch.Tensor:
         per_example, used = self.losses(batch)
         return per_example[used].mean()
@@ -250,7 +257,7 @@ class UpdateMethod(ABC):
         step's loss, rounded."""
         replayed = most_at_risk(replay_losses, self.settings.training.replay_rows)
         batch = own + [replay[i] for i in replayed]
-        with torch.enable_grad():
+        with torch.enable_grad(), self.autocast():
             per_example, used = self.losses(batch)
             loss = per_example[used].mean()
             for i, value in zip(replayed, per_example[len(own):].tolist(), strict=True):
