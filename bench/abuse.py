@@ -2,10 +2,11 @@
 on, the default model, embedded worker) answers 16 streaming clients alone, then again while, at the same time,
 50 clients open streams and vanish, 20 send oversized or smuggled bodies before any key is checked, and (a third
 phase, twice: the first loads the embedded learner's model) one teach key floods documents; each misbehaving kind
-has a key of its own. Printed: the good clients'
-tokens/s in each phase and its share of the first, the slots still held once the load is gone
-(`ckl_generations_admitted`), the documents committed during the phase (the learner's progress under the load), and
-the server's RSS."""
+has a key of its own. Then one phase per costly request one key repeats (`attack`: an older version by name,
+previews of a long text, prompts of 2,000 distinct words, documents of a long run of blanks, one document erased
+again and again). Printed: the good clients' tokens/s in each phase and its share of the first, /health's p99
+meanwhile, the slots still held once the load is gone (`ckl_generations_admitted`), the documents committed during
+the phase (the learner's progress under the load), and the server's RSS."""
 from __future__ import annotations
 
 import argparse
@@ -102,6 +103,61 @@ async def flood(url: str, until: asyncio.Event) -> dict[str, int]:
     return counts
 
 
+LONG_PROMPT = " ".join(f"word{i}" for i in range(2000))  # 2,000 distinct words: routing's worst case
+SPACES = "The Zorvath Institute is " + " " * 20000 + "now open."  # what froze the time-marker pattern
+
+
+async def attack(url: str, kind: str, until: asyncio.Event) -> dict[str, int]:
+    """One key doing one costly thing over and over, as fast as answers come back, until `until`: asking an older
+    version by name (`old_version`), previewing a long document (`previews`), long prompts of distinct words
+    (`long_prompts`), documents of a long run of blanks (`blank_documents`), erasing one of its documents again and
+    again (`repeated_delete`). The answers by status."""
+    counts: dict[str, int] = {}
+    key = FLOOD if kind in ("previews", "blank_documents", "repeated_delete") else VANISH
+    async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
+        erased = await erasable(client, url) if kind == "repeated_delete" else None
+        while not until.is_set():
+            if kind == "old_version":
+                answer = await client.post(f"{url}/v1/completions", json={"model": "ckl-v1", "prompt": PROMPTS[0],
+                                                                          "max_tokens": 1})
+            elif kind == "previews":
+                answer = await client.post(f"{url}/documents/preview", json={"text": LONG_PROMPT})
+            elif kind == "long_prompts":
+                answer = await client.post(f"{url}/generate", json={"prompt": LONG_PROMPT, "max_new_tokens": 1})
+            elif kind == "blank_documents":
+                answer = await client.post(f"{url}/documents", json={"text": SPACES})
+            else:
+                answer = await client.delete(f"{url}/documents/{erased}")
+            counts[str(answer.status_code)] = counts.get(str(answer.status_code), 0) + 1
+            if answer.status_code == 429:
+                await asyncio.sleep(0.2)
+    return counts
+
+
+async def erasable(client: httpx.AsyncClient, url: str) -> str | None:
+    """One of the key's documents that no version holds (rejected or failed: erased at once, again and again), else
+    one committed (its removal is queued once, then refused)."""
+    items = (await client.get(f"{url}/documents", params={"limit": 500})).json()["items"]
+    for statuses in (("rejected", "failed"), ("committed",)):
+        if found := next((d["document_id"] for d in items if d["status"] in statuses), None):
+            return found
+    return None
+
+
+async def health_latency(url: str, until: asyncio.Event) -> dict[str, Any]:
+    """GET /health every 50 ms until `until`: its p50 and p99 in milliseconds (what a load balancer sees)."""
+    seconds = []
+    async with httpx.AsyncClient(timeout=60) as client:
+        while not until.is_set():
+            started = time.perf_counter()
+            await client.get(f"{url}/health")
+            seconds.append(time.perf_counter() - started)
+            await asyncio.sleep(0.05)
+    ordered = sorted(seconds) or [0.0]
+    return {"health_p50_ms": round(1000 * ordered[len(ordered) // 2], 1),
+            "health_p99_ms": round(1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 1)}
+
+
 async def gauge(url: str, client: httpx.AsyncClient, series: str) -> float:
     """One series' value on /metrics (0 when it is not listed)."""
     metrics = (await client.get(f"{url}/metrics")).text
@@ -109,6 +165,7 @@ async def gauge(url: str, client: httpx.AsyncClient, series: str) -> float:
 
 
 SLOTS, COMMITTED = "ckl_generations_admitted", 'ckl_documents{status="committed"}'
+ATTACKS = ("old_version", "previews", "long_prompts", "blank_documents", "repeated_delete")
 
 
 async def together(good: Awaitable, extra: list[Awaitable], done: asyncio.Event) -> list:
@@ -122,22 +179,26 @@ async def together(good: Awaitable, extra: list[Awaitable], done: asyncio.Event)
 
 
 async def phase(url: str, clients: int, requests: int, max_new_tokens: int, vanishing: int, bad: int,
-                flooding: bool) -> dict[str, Any]:
-    """The good clients' load, with the misbehaviour beside it; then the slots left once both are over."""
+                flooding: bool, attacking: str | None = None) -> dict[str, Any]:
+    """The good clients' load, with the misbehaviour beside it and /health asked throughout; then the slots left
+    once both are over."""
     headers = {"Authorization": f"Bearer {GOOD}"}
     good = load(url, clients, list(PROMPTS), requests, max_new_tokens, headers=headers)
     done = asyncio.Event()
-    extra: list = [misbehave(url, vanishing, bad, span_s=20)] if vanishing or bad else []
+    extra: list = [health_latency(url, done)]
+    extra += [misbehave(url, vanishing, bad, span_s=20)] if vanishing or bad else []
     if flooding:
         extra.append(flood(url, done))
+    if attacking:
+        extra.append(attack(url, attacking, done))
     async with httpx.AsyncClient(timeout=60, headers={"Authorization": f"Bearer {GOOD}"}) as client:
         committed = await gauge(url, client, COMMITTED)
-        (answers, wall_s), *rest = await together(good, extra, done)
+        (answers, wall_s), health, *rest = await together(good, extra, done)
         committed = await gauge(url, client, COMMITTED) - committed  # the learner's progress under the load
         deadline = time.monotonic() + 30
         while (held := await gauge(url, client, SLOTS)) and time.monotonic() < deadline:
             await asyncio.sleep(0.5)
-    return {**summary(answers, wall_s), "slots_held_after": held, "committed_during": committed,
+    return {**summary(answers, wall_s), **health, "slots_held_after": held, "committed_during": committed,
             "misbehaviour": rest}
 
 
@@ -150,11 +211,13 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--vanishing", type=int, default=50)
     parser.add_argument("--bad-bodies", type=int, default=20)
+    parser.add_argument("--attacks", default=",".join(ATTACKS),
+                        help=f"the one-key attack phases, comma-separated (default: all of {', '.join(ATTACKS)})")
     parser.add_argument("--out", type=Path, default=RESULTS_ROOT / "abuse")
     args = parser.parse_args(argv)
     keys = [KeyConfig(name="good", sha256=hash_key(GOOD), scopes=["generate", "metrics"]),
             KeyConfig(name="vanishing", sha256=hash_key(VANISH), scopes=["generate"]),
-            KeyConfig(name="flood", sha256=hash_key(FLOOD), scopes=["teach"])]
+            KeyConfig(name="flood", sha256=hash_key(FLOOD), scopes=["teach", "generate"])]
     env = {"CKL_API_KEYS": json.dumps([k.model_dump(exclude_none=True) for k in keys]),
            "CKL_LIMITS_MAX_CONCURRENT_GENERATIONS": str(args.clients)}
 
@@ -165,11 +228,13 @@ def main(argv: list[str]) -> None:
         phases = (("alone", 0, 0, False), ("abused", args.vanishing, args.bad_bodies, False),
                   ("alone again", 0, 0, False), ("abused and flooded", args.vanishing, args.bad_bodies, True),
                   # Again, the embedded learner's first job begun by now.
-                  ("abused and flooded again", args.vanishing, args.bad_bodies, True))
+                  ("abused and flooded again", args.vanishing, args.bad_bodies, True),
+                  # One key's costly requests, one kind per phase; the flood's documents have made versions by now.
+                  *((attack_name, 0, 0, False) for attack_name in args.attacks.split(",") if attack_name))
         for name, vanishing, bad, flooding in phases:
             before = rss_mb(pid)
             results[name] = await phase(url, args.clients, args.requests, args.max_new_tokens, vanishing, bad,
-                                        flooding)
+                                        flooding, name if name in ATTACKS else None)
             await asyncio.sleep(2 * BUSY_GAP_S)  # the server gives freed memory back once decoding has paused
             results[name].update(rss_before_mb=before, rss_after_mb=rss_mb(pid))
         return results
@@ -177,12 +242,12 @@ def main(argv: list[str]) -> None:
     with running_server(Settings().models_dir, env=env) as url:
         results = asyncio.run(measure(url, server_pid(url)))
     alone = results["alone"]["tokens_per_s"]
-    print(f"{'phase':<20} {'tok/s':>7} {'share':>6} {'failed':>6} {'1st p50':>8} {'slots after':>11} "
-          f"{'committed':>9} {'RSS MB':>12}")
+    print(f"{'phase':<24} {'tok/s':>7} {'share':>6} {'failed':>6} {'1st p50':>8} {'health p99':>10} "
+          f"{'slots after':>11} {'committed':>9} {'RSS MB':>12}")
     for name, r in results.items():
-        print(f"{name:<20} {r['tokens_per_s']:>7} {r['tokens_per_s'] / alone:>6.2f} {r['failed']:>6} "
-              f"{r['first_token_s']['p50'] or 0:>8.2f} {r['slots_held_after']:>11.0f} {r['committed_during']:>9.0f} "
-              f"{r['rss_before_mb']:>5}->{r['rss_after_mb']:<5}")
+        print(f"{name:<24} {r['tokens_per_s']:>7} {r['tokens_per_s'] / alone:>6.2f} {r['failed']:>6} "
+              f"{r['first_token_s']['p50'] or 0:>8.2f} {r['health_p99_ms']:>8.1f}ms {r['slots_held_after']:>11.0f} "
+              f"{r['committed_during']:>9.0f} {r['rss_before_mb']:>5}->{r['rss_after_mb']:<5}")
         for part in r["misbehaviour"]:
             print(f"{'':<20} {part}")
     args.out.mkdir(parents=True, exist_ok=True)

@@ -48,8 +48,8 @@ class TrainingSettings(BaseSettings):
     window_tokens: int = Field(256, gt=8, description="The tokens of one training window of a document.")
     autocast: Literal["off", "bfloat16"] = Field("off", description=(
         "Training steps' forward and backward passes in bfloat16 autocast (the weights, the delta and what the gate "
-        "scores stay float32); slower in the learner on this CPU (docs/decisions.md: A paragraph's training: what "
-        "did not make it faster)."))
+        "scores stay float32); slower in the learner on this CPU "
+        "(docs/decisions.md: A paragraph's training: what did not make it faster)."))
     weighting: Literal["train_attention", "uniform", "oracle"] = Field("train_attention", description=(
         "A document's token weights (a document may ask for another): train_attention (phi's weights), uniform, or "
         "oracle (1 on the answers of its probes where they occur in the text)."))
