@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from core.keys import binding_refusal
+
 if TYPE_CHECKING:
     from core.settings import Settings
 
@@ -20,16 +22,6 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
     flags = ("data_dir", "host", "port", "model", "redis_url")
     return Settings(**{k: v for k in flags if (v := getattr(args, k, None)) is not None})
-
-
-def binding_refusal(settings) -> str | None:
-    """Why the server must not start as configured: open to everyone and reachable from other machines."""
-    from core.keys import is_loopback
-
-    if settings.api_keys or settings.allow_unauthenticated or is_loopback(settings.host):
-        return None
-    return (f"refusing to listen on {settings.host} with no API keys: anyone who reaches the port could use the "
-            "model. Configure CKL_API_KEYS (ckl keys new), bind 127.0.0.1, or set CKL_ALLOW_UNAUTHENTICATED=true")
 
 
 def cmd_keys(args: argparse.Namespace) -> None:
@@ -225,10 +217,9 @@ def cmd_export(args: argparse.Namespace) -> None:
 def cmd_router(args: argparse.Namespace) -> None:
     import uvicorn
 
-    from core.settings import Settings
     from service.lora_router import create_router, read_routes
 
-    settings = Settings(host=args.host)  # CKL_API_KEYS and the limits, as the server reads them
+    settings = settings_from(args)  # CKL_API_KEYS and the limits, as the server reads them; --host
     if refusal := binding_refusal(settings):
         sys.exit(f"ckl router: {refusal}")
     app = create_router(read_routes(args.routes), args.engine, args.base_model, settings, args.timeout)
@@ -257,8 +248,7 @@ def add_server_commands(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--name", required=True)
     k.add_argument("--scopes", default="generate", help="comma-separated: generate, teach, metrics, admin")
     k.add_argument("--namespace", help="a tenant's namespace: the key teaches into it and asks it and the shared one")
-    k.add_argument("--shared", action="store_true", help="a teach key without a namespace: what it teaches reaches "
-                   "every key (one tenant, or an operator's key)")
+    k.add_argument("--shared", action="store_true", help="a teach key without a namespace (what it teaches reaches all)")
     k.set_defaults(func=cmd_keys)
 
     p = sub.add_parser("worker", help="run an RQ worker that keeps the model loaded")

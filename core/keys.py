@@ -91,3 +91,12 @@ def find_caller(keys: list[KeyConfig], authorization: str | None) -> Caller | No
 
 def is_loopback(host: str) -> bool:
     return host in LOOPBACK_HOSTS
+
+
+def binding_refusal(settings) -> str | None:
+    """Why a server (`ckl serve`, `ckl router`) must not start as configured: open to everyone and reachable from
+    other machines."""
+    if settings.api_keys or settings.allow_unauthenticated or is_loopback(settings.host):
+        return None
+    return (f"refusing to listen on {settings.host} with no API keys: anyone who reaches the port could use the "
+            "model. Configure CKL_API_KEYS (ckl keys new), bind 127.0.0.1, or set CKL_ALLOW_UNAUTHENTICATED=true")

@@ -109,7 +109,7 @@ def test_the_router_forwards_to_a_live_engine_with_the_routed_adapter_as_the_mod
     engine = Server(tmp_path / "data", tiny_env(tiny_model_dir)).start()
     try:
         engine.wait_ready(120)
-        with TestClient(create_router(read_routes(routes_file), engine.url, "ckl")) as client:
+        with TestClient(create_router(read_routes(routes_file), engine.url, "ckl"), base_url="http://127.0.0.1") as client:
             # Greedy: OpenAI's default temperature samples, and a sampled end of text answers nothing.
             base = client.post("/v1/completions", json={"prompt": "the capital of france is", "max_tokens": 3,
                                                         "temperature": 0})

@@ -1,11 +1,10 @@
 """Learning one document: a pipeline of stages (workers/stages/) from the current version.
 
 prepare (the parent's state and scores, the candidate begun) -> weigh (the examples) -> train -> the gate's verdict
--> commit or reject. A removal (DELETE /documents/{id}) runs the same stages with the method's `remove` in place of
-weigh and train (stages/removal.py). Updates are strictly sequential: a candidate names the version it was trained
-from, and the store refuses the commit if another version became current meanwhile; the job then runs again from the
-new current version. The document's status moves only through the store's `move` (core/lifecycle.py).
-"""
+-> commit or reject. A removal (DELETE /documents/{id}) runs the same stages with `remove` in place of weigh and
+train (stages/removal.py). Updates are strictly sequential: a candidate names the version it was trained from, and
+the store refuses the commit if another version became current meanwhile; the job then runs again from there.
+Statuses move only through the store's `move` (core/lifecycle.py)."""
 from __future__ import annotations
 
 import logging
@@ -113,17 +112,13 @@ class Learner:
         raise RuntimeError(f"the current version kept moving during {MAX_PARENT_RETRIES} attempts")
 
     def _attempt_failed(self, document_id: str, attempts: int, exc: Exception) -> None:
-        """Queued again while retries are left, else failed. A record the attempt already made final keeps its
-        status (committed, then announcing the version failed): the version holds the document either way."""
+        """Queued again while retries are left, else failed; committed if a version holds it (DELETE erases a failed one)."""
         if self.documents.get(document_id)["status"] in FINAL:
             return
         status = after_failed_attempt(attempts, self.parts.settings.job_retries)
-        if status is Status.FAILED and (held := self.versions.holding(document_id, self.versions.current())):
-            # It failed after its commit (erasing a removal's target, announcing the version): the version holds it,
-            # and a document marked failed would be erased at once while still served.
-            self.documents.move(document_id, Status.COMMITTED, version=held, error=f"{type(exc).__name__}: {exc}")
-            return
-        self.documents.move(document_id, status, error=f"{type(exc).__name__}: {exc}")
+        held = self.versions.holding(document_id, self.versions.current()) if status is Status.FAILED else None
+        self.documents.move(document_id, Status.COMMITTED if held else status, **({"version": held} if held else {}),
+                            error=f"{type(exc).__name__}: {exc}")
 
     def _learn(self, parent: int, record: dict[str, Any]) -> Status:
         """The document's stages; once more after a first rejection whose reason suggests another try."""
