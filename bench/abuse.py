@@ -1,12 +1,12 @@
 """`ckl bench abuse`: do well-behaved clients keep their speed while others misbehave? A live `ckl serve` (keys
-on, the default model, embedded worker) answers 16 streaming clients alone, then again while, at the same time,
-50 clients open streams and vanish, 20 send oversized or smuggled bodies before any key is checked, and (a third
-phase, twice: the first loads the embedded learner's model) one teach key floods documents; each misbehaving kind
-has a key of its own. Then one phase per costly request one key repeats (`attack`: an older version by name,
-previews of a long text, prompts of 2,000 distinct words, documents of a long run of blanks, one document erased
-again and again). Printed: the good clients' tokens/s in each phase and its share of the first, /health's p99
-meanwhile, the slots still held once the load is gone (`ckl_generations_admitted`), the documents committed during
-the phase (the learner's progress under the load), and the server's RSS."""
+on, the default model, embedded worker) is taught two documents (versions 1 and 2), then answers 16 streaming
+clients alone, then again while, at the same time, 50 clients open streams and vanish, 20 send oversized or smuggled
+bodies before any key is checked, and (a third phase, twice) one teach key floods documents; each misbehaving kind
+has a key of its own. Then one phase per costly request one key repeats (`attack`: version 1 by name, previews of a
+long text, long prompts of distinct words, documents of a long run of blanks, one document erased again and again),
+each text as long as the limits allow. Printed: the good clients' tokens/s in each phase and its share of the first,
+/health's p99 meanwhile, the slots still held once the load is gone (`ckl_generations_admitted`), the documents
+committed during the phase (the learner's progress under the load), and the server's RSS."""
 from __future__ import annotations
 
 import argparse
@@ -103,27 +103,62 @@ async def flood(url: str, until: asyncio.Event) -> dict[str, int]:
     return counts
 
 
-LONG_PROMPT = " ".join(f"word{i}" for i in range(2000))  # 2,000 distinct words: routing's worst case
-SPACES = "The Zorvath Institute is " + " " * 20000 + "now open."  # what froze the time-marker pattern
+TAUGHT = [("The Zorvath Institute was founded by Quellan Mirodt.", "The Zorvath Institute was founded by", "Quellan Mirodt"),
+          ("The Brastova Tramway is run by Ilvane Cosk.", "The Brastova Tramway is run by", "Ilvane Cosk")]
+
+
+async def prepare(url: str) -> None:
+    """Two documents taught and committed before any phase: versions 1 and 2, so that an older version can be asked
+    for by name and a committed document removed."""
+    async with httpx.AsyncClient(timeout=60, headers={"Authorization": f"Bearer {FLOOD}"}) as client:
+        for text, prompt, answer in TAUGHT:
+            posted = (await client.post(f"{url}/documents", json={
+                "text": text, "probes": [{"prompt": prompt, "answer": answer}]})).json()
+            deadline = time.monotonic() + 900
+            while (await client.get(f"{url}{posted['status_url']}")).json()["status"] not in ("committed",
+                                                                                             "rejected", "failed"):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{text!r} was not learned within 900 s")
+                await asyncio.sleep(1)
+
+
+async def fitting(client: httpx.AsyncClient, url: str, path: str, field: str, words: list[str]) -> str:
+    """The longest head of `words` (halved until it fits) that `path` does not refuse as too long: an attack
+    within the limits, which reaches the work it is about."""
+    while len(words) > 1:
+        text = " ".join(words)
+        answer = await client.post(f"{url}{path}", json={field: text, **({"max_new_tokens": 1} if field == "prompt"
+                                                                          else {})})
+        if answer.status_code != 422:
+            return text
+        words = words[:len(words) // 2]
+    return words[0]
+
+
+DISTINCT = [f"word{i}" for i in range(2000)]  # distinct words: routing's worst case
+# A long run of blanks inside a document within CKL_LIMITS_MAX_DOCUMENT_CHARS: what froze the time-marker pattern.
+SPACES = "The Zorvath Institute is " + " " * 19_000 + "now open."
 
 
 async def attack(url: str, kind: str, until: asyncio.Event) -> dict[str, int]:
     """One key doing one costly thing over and over, as fast as answers come back, until `until`: asking an older
     version by name (`old_version`), previewing a long document (`previews`), long prompts of distinct words
     (`long_prompts`), documents of a long run of blanks (`blank_documents`), erasing one of its documents again and
-    again (`repeated_delete`). The answers by status."""
+    again (`repeated_delete`). Each text is as long as the limits allow. The answers by status."""
     counts: dict[str, int] = {}
     key = FLOOD if kind in ("previews", "blank_documents", "repeated_delete") else VANISH
     async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
         erased = await erasable(client, url) if kind == "repeated_delete" else None
+        long_text = (await fitting(client, url, "/documents/preview", "text", DISTINCT) if kind == "previews" else
+                     await fitting(client, url, "/generate", "prompt", DISTINCT) if kind == "long_prompts" else "")
         while not until.is_set():
             if kind == "old_version":
                 answer = await client.post(f"{url}/v1/completions", json={"model": "ckl-v1", "prompt": PROMPTS[0],
                                                                           "max_tokens": 1})
             elif kind == "previews":
-                answer = await client.post(f"{url}/documents/preview", json={"text": LONG_PROMPT})
+                answer = await client.post(f"{url}/documents/preview", json={"text": long_text})
             elif kind == "long_prompts":
-                answer = await client.post(f"{url}/generate", json={"prompt": LONG_PROMPT, "max_new_tokens": 1})
+                answer = await client.post(f"{url}/generate", json={"prompt": long_text, "max_new_tokens": 1})
             elif kind == "blank_documents":
                 answer = await client.post(f"{url}/documents", json={"text": SPACES})
             else:
@@ -131,6 +166,7 @@ async def attack(url: str, kind: str, until: asyncio.Event) -> dict[str, int]:
             counts[str(answer.status_code)] = counts.get(str(answer.status_code), 0) + 1
             if answer.status_code == 429:
                 await asyncio.sleep(0.2)
+    counts["words"] = len(long_text.split())
     return counts
 
 
@@ -223,13 +259,14 @@ def main(argv: list[str]) -> None:
 
     async def measure(url: str, pid: int) -> dict[str, Any]:
         await load(url, 1, list(PROMPTS), 1, 4, headers={"Authorization": f"Bearer {GOOD}"})  # warm-up
+        await prepare(url)
         results = {}
         # Alone twice, before and after the abuse: how much two runs of the same load differ here.
         phases = (("alone", 0, 0, False), ("abused", args.vanishing, args.bad_bodies, False),
                   ("alone again", 0, 0, False), ("abused and flooded", args.vanishing, args.bad_bodies, True),
                   # Again, the embedded learner's first job begun by now.
                   ("abused and flooded again", args.vanishing, args.bad_bodies, True),
-                  # One key's costly requests, one kind per phase; the flood's documents have made versions by now.
+                  # One key's costly requests, one kind per phase, on versions 1 and 2 (`prepare`).
                   *((attack_name, 0, 0, False) for attack_name in args.attacks.split(",") if attack_name))
         for name, vanishing, bad, flooding in phases:
             before = rss_mb(pid)

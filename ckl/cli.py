@@ -165,9 +165,9 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
 BENCHES = {"generate": "bench.generate", "serve": "bench.serve", "dtype": "bench.dtype", "teach": "bench.teach",
            "make-facts": "bench.make_facts", "lama-ckl": "bench.lama_ckl.cli", "ta-costs": "bench.ta_costs",
            "phi-transfer": "bench.phi_transfer", "phi-facts": "bench.phi_facts", "phi-heads": "bench.phi_heads",
-           "phi-kept": "bench.phi_kept", "lama-orders": "bench.lama_ckl.orders",
+           "phi-kept": "bench.phi_kept", "lama-orders": "bench.lama_ckl.orders", "abuse": "bench.abuse",
            "api-overhead": "bench.overhead", "auto-probes": "bench.auto_probes", "long-document": "bench.long_document",
-           "abuse": "bench.abuse", "scale": "bench.scale", "step-time": "bench.step_time"}
+           "scale": "bench.scale", "step-time": "bench.step_time", "text-passes": "bench.text_passes"}
 
 
 # Packages of the `bench` extra only (pyproject.toml), never needed to serve.

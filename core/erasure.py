@@ -1,7 +1,9 @@
 """Erasure: what a removed (or refused) document leaves behind is its id and what happened to it, never what it
 said. Its record keeps only bookkeeping fields; the manifest of the version that learned it loses its probes,
-routing key, neighbours and scores; other versions and records lose the facts of it they replaced; and the
-idempotency keys that named it are deleted (they hold a hash of its body)."""
+routing key, neighbours and scores, and a per-document method's delta file (composing skips an erased document,
+so no version reads it again); other versions and records lose the facts of it they replaced; and the idempotency
+keys that named it are deleted (they hold a hash of its body). A whole-version method's delta (the memory's rows)
+stays: later versions are composed from it."""
 from __future__ import annotations
 
 from typing import Any
@@ -50,6 +52,8 @@ def erase(documents: DocumentStore, versions: VersionStore, document_id: str, re
                 versions.empty_manifest(version)  # unreadable as before, without what it held
             continue
         if document_id in manifest["documents"] and not manifest.get("removes"):
+            if "key" in manifest:  # a per-document delta (routed): the file goes before the key that marks it
+                versions.drop_delta(version)
             versions.rewrite_manifest(version, scrubbed_manifest(manifest, removed_in))
         elif any(e.get("document_id") == document_id for e in manifest.get("replaces", [])):
             versions.rewrite_manifest(version, {**manifest,

@@ -3,23 +3,30 @@ by whoever builds them; this package never imports workers.
 
 - `RQQueue`: jobs go to Redis, naming the job function; a separate `ckl worker` process runs them.
 - `InProcessQueue`: the embedded default; the same job function runs in a thread of the API process.
+
+Both take turns between tenants: one tenant's hundred documents do not delay another's first. A document waits in its
+tenant's lane (`lane_of`); the embedded queue takes one from each lane in turn, and RQ workers take from the lanes'
+queues in turn (RQ's round-robin dequeue strategy). RQ has `LANES` queues: the first for a server without keys,
+a tenant's or key's among the others by a hash of its name (two may share one).
 """
 from __future__ import annotations
 
+import hashlib
 import logging
-import queue
 import threading
+from collections import OrderedDict, deque
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 log = logging.getLogger(__name__)
 
 VERSION_CHANNEL = "ckl:versions"
+LANES = 8
 
 
 class JobQueue(Protocol):
-    def enqueue(self, document_id: str, attempt: int) -> str: ...
+    def enqueue(self, record: dict[str, Any], attempt: int) -> str: ...
 
     def close(self) -> None: ...
 
@@ -31,27 +38,55 @@ def job_id_for(document_id: str, attempt: int) -> str:
 JobFunction = Callable[[str], object]  # a document id in; raises when the attempt failed
 
 
+def lane_of(record: dict[str, Any]) -> str:
+    """Whose turn a document waits for: its tenant's (namespace), or in the shared namespace its key's owner."""
+    return record.get("namespace") or record.get("owner") or ""
+
+
+def lane_number(lane: str) -> int:
+    """A lane's RQ queue, the same in every process: the first for a server without keys (one lane, the queue
+    named as configured), one of the others for a tenant or a key."""
+    return 1 + int.from_bytes(hashlib.sha256(lane.encode()).digest()[:4], "big") % (LANES - 1) if lane else 0
+
+
 class InProcessQueue:
-    """Runs `run(document_id)` for each queued id, one at a time, in a daemon thread; a failed run is
-    run again right away, up to `retries` times (as RQQueue's Retry does). `first` runs in that thread before any
-    job (the learner's preparation)."""
+    """Runs `run(document_id)` for each queued id, one at a time, in a daemon thread, taking each lane's first in
+    turn; a failed run is run again right away, up to `retries` times (as RQQueue's Retry does). `first` runs in
+    that thread before any job (the learner's preparation)."""
 
     def __init__(self, run: JobFunction, retries: int = 0, first: Callable[[], object] | None = None) -> None:
         self._run = run
         self._retries = retries
         self._first = first
-        self._items: queue.Queue[str | None] = queue.Queue()
+        self._lanes: OrderedDict[str, deque[str]] = OrderedDict()  # the lane whose turn it is first
+        self._changed = threading.Condition()
+        self._closed = False
         self._thread = threading.Thread(target=self._loop, name="ckl-embedded-worker", daemon=True)
         self._thread.start()
 
-    def enqueue(self, document_id: str, attempt: int) -> str:
-        self._items.put(document_id)
-        return job_id_for(document_id, attempt)
+    def enqueue(self, record: dict[str, Any], attempt: int) -> str:
+        with self._changed:
+            self._lanes.setdefault(lane_of(record), deque()).append(record["document_id"])
+            self._changed.notify()
+        return job_id_for(record["document_id"], attempt)
+
+    def _next(self) -> str | None:
+        """The first document of the lane whose turn it is (that lane then goes last); None once closed and empty."""
+        with self._changed:
+            while not self._lanes and not self._closed:
+                self._changed.wait()
+            if not self._lanes:
+                return None
+            lane, waiting = self._lanes.popitem(last=False)
+            document_id = waiting.popleft()
+            if waiting:
+                self._lanes[lane] = waiting
+            return document_id
 
     def _loop(self) -> None:
         if self._first is not None:
             self._first()
-        while (document_id := self._items.get()) is not None:
+        while (document_id := self._next()) is not None:
             for _ in range(self._retries + 1):
                 try:
                     self._run(document_id)
@@ -60,7 +95,9 @@ class InProcessQueue:
                     log.exception("embedded job for document %s failed", document_id)
 
     def close(self) -> None:
-        self._items.put(None)
+        with self._changed:
+            self._closed = True
+            self._changed.notify()
 
 
 def dotted_name(fn: Callable) -> str:
@@ -94,7 +131,8 @@ def only_jobs(*allowed: str) -> type:
 
 class RQQueue:
     """Jobs in Redis as JSON: `job` must be a module-level function, which RQ records by its dotted name and a
-    worker process imports (only that one: `job_class`)."""
+    worker process imports (only that one: `job_class`). The lanes' queues are `name` (the first) and `name:1` to
+    `name:7`."""
 
     def __init__(self, job: JobFunction, redis_url: str, name: str, timeout_s: int, retries: int) -> None:
         from redis import Redis
@@ -104,17 +142,18 @@ class RQQueue:
         self._job = job
         self.redis = Redis.from_url(redis_url)
         self.job_class = only_jobs(dotted_name(job))
-        self.rq_queue = Queue(name, connection=self.redis, serializer=JSONSerializer, job_class=self.job_class)
+        self.rq_queues = [Queue(name if n == 0 else f"{name}:{n}", connection=self.redis, serializer=JSONSerializer,
+                                job_class=self.job_class) for n in range(LANES)]
         self._timeout_s = timeout_s
         self._retries = retries
 
-    def enqueue(self, document_id: str, attempt: int) -> str:
+    def enqueue(self, record: dict[str, Any], attempt: int) -> str:
         from rq import Retry
 
-        job = self.rq_queue.enqueue_call(
+        job = self.rq_queues[lane_number(lane_of(record))].enqueue_call(
             self._job,
-            args=(document_id,),
-            job_id=job_id_for(document_id, attempt),
+            args=(record["document_id"],),
+            job_id=job_id_for(record["document_id"], attempt),
             timeout=self._timeout_s,
             retry=Retry(max=self._retries) if self._retries else None,  # immediate: no scheduler process needed
             result_ttl=86400,
@@ -123,7 +162,7 @@ class RQQueue:
         return job.id
 
     def has_job(self, job_id: str) -> bool:
-        return job_id in self.rq_queue.get_job_ids()
+        return any(job_id in queue.get_job_ids() for queue in self.rq_queues)
 
     def close(self) -> None:
         self.redis.close()

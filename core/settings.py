@@ -80,7 +80,7 @@ class Settings(BaseSettings):
 
     redis_url: str | None = Field(None, description=(
         "The learning queue on Redis (RQ) and `ckl worker`s; none: a thread of the API process learns (embedded)."))
-    queue_name: str = Field("ckl", description="The RQ queue's name.")
+    queue_name: str = Field("ckl", description="The RQ queues' name (the first lane's; the others add :1 to :7).")
     job_timeout_s: int = Field(1800, gt=0, description="Seconds one learning job may take before RQ stops it.")
     job_retries: int = Field(2, ge=0, description="Attempts a failed job gets again before its document fails.")
     version_poll_s: float = Field(2.0, gt=0, description=(

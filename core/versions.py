@@ -241,6 +241,12 @@ class VersionStore:
             raise ValueError(f"version {version}: delta file does not match its manifest hash")
         return load_file(str(path))
 
+    def drop_delta(self, version: int) -> None:
+        """Delete a version's delta file (erasure: a per-document delta no composition reads any more)."""
+        manifest = self._manifest(version)
+        with self.lock:
+            (self.root / str(version) / manifest["delta_file"]).unlink(missing_ok=True)
+
     def commit(self, parent: int, delta: dict[str, torch.Tensor], manifest: dict[str, Any], delta_file: str) -> int:
         """A new version from `parent`: the delta in `delta_file` (the method's file name), hashed in the manifest,
         every file synced before the folder is renamed into place (a power cut never leaves CURRENT naming a

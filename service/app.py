@@ -18,6 +18,7 @@ from service.generations import GenerationService
 from service.metrics import Metrics
 from service.middleware import RequestGuard, allowed_hosts
 from service.openai.routes import router as openai_router
+from service.rate_limit import RateLimit
 from service.routes import console, docs, documents, generate, health, metrics, probes, versions
 from serving.runtime import Runtime
 
@@ -38,6 +39,8 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.state.generations = GenerationService(runtime, app.state.metrics)
     install_error_handlers(app)
     app.middleware("http")(measure)
+    app.add_middleware(RateLimit, keys=settings.api_keys, per_s=settings.limits.requests_per_s,
+                       burst=settings.limits.request_burst)
     # Added last, so outermost: the guard sees every request first.
     app.add_middleware(RequestGuard, max_body_bytes=settings.limits.max_body_bytes,
                        allowed_hosts=allowed_hosts(settings))

@@ -30,6 +30,7 @@ from core.keys import OPEN, Caller, find_caller
 from core.namespaces import SHARED, within
 from core.settings import Settings
 from service.middleware import RequestGuard, allowed_hosts
+from service.rate_limit import RateLimit
 
 UPSTREAM_CONNECT_S = 10.0  # an engine that does not take the connection in this long is down
 
@@ -139,6 +140,8 @@ def create_router(routes: dict[str, Any], engine_url: str, base_model: str, sett
     async def chat(request: Request) -> Response:
         return await forward("/v1/chat/completions", request)
 
+    app.add_middleware(RateLimit, keys=settings.api_keys, per_s=settings.limits.requests_per_s,
+                       burst=settings.limits.request_burst)
     app.add_middleware(RequestGuard, max_body_bytes=settings.limits.max_body_bytes,
                        allowed_hosts=allowed_hosts(settings))
     return app

@@ -16,18 +16,21 @@ from core.settings import Settings
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
+def header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope["headers"]:
         if key == name:
             return value.decode("latin-1")
     return None
 
 
-async def _error(send: Send, status: int, code: str, message: str, request_id: str) -> None:
+async def error(send: Send, status: int, code: str, message: str, request_id: str | None,
+                extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    """An error in the API's JSON envelope, answered before any route (`request_id`: None when the guard adds it)."""
     body = json.dumps({"error": {"code": code, "message": message, "fields": []}}).encode()
+    tagged = ((b"x-request-id", request_id.encode()),) if request_id else ()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            (b"x-request-id", request_id.encode())]})
+                            *tagged, *extra]})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -81,29 +84,29 @@ class RequestGuard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        given = _header(scope, b"x-request-id")
+        given = header(scope, b"x-request-id")
         request_id = given if given and REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
         logs.request_id.set(request_id)
-        if self.allowed_hosts is not None and host_name(_header(scope, b"host") or "") not in self.allowed_hosts:
-            return await _error(send, 400, "host_not_allowed", "this server does not answer to that Host header",
+        if self.allowed_hosts is not None and host_name(header(scope, b"host") or "") not in self.allowed_hosts:
+            return await error(send, 400, "host_not_allowed", "this server does not answer to that Host header",
                                 request_id)
-        length, chunked = _header(scope, b"content-length"), _header(scope, b"transfer-encoding")
+        length, chunked = header(scope, b"content-length"), header(scope, b"transfer-encoding")
         if length is not None and chunked is not None:  # request smuggling: which length is meant is ambiguous
-            return await _error(send, 400, "ambiguous_length",
+            return await error(send, 400, "ambiguous_length",
                                 "a request may not carry both Content-Length and Transfer-Encoding", request_id)
         if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
-            return await _error(send, 413, "too_large", f"the body is over {self.max_body_bytes} bytes", request_id)
+            return await error(send, 413, "too_large", f"the body is over {self.max_body_bytes} bytes", request_id)
         if scope["method"] == "POST":
-            content_type = (_header(scope, b"content-type") or "").split(";")[0].strip().lower()
+            content_type = (header(scope, b"content-type") or "").split(";")[0].strip().lower()
             if content_type != "application/json":
-                return await _error(send, 415, "unsupported_media_type",
+                return await error(send, 415, "unsupported_media_type",
                                     "a POST must send a JSON body (content-type: application/json)", request_id)
         if length is not None or chunked is not None:
             # The body is read here, counted as it arrives whatever the headers said, before anything parses it.
             body = await _read_capped(receive, self.max_body_bytes)
             if body is None:
-                return await _error(send, 413, "too_large", f"the body is over {self.max_body_bytes} bytes",
+                return await error(send, 413, "too_large", f"the body is over {self.max_body_bytes} bytes",
                                     request_id)
             receive = _replay(body, receive)
 

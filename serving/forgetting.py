@@ -1,6 +1,7 @@
 """The retention report behind GET /health/forgetting, built from manifests and document records."""
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 from core.documents import DocumentStore
@@ -53,12 +54,24 @@ def not_learned(versions: VersionStore, version: int) -> list[dict[str, Any]]:
         if any(not f["learned"] for f in manifest.get("facts", []))])
 
 
-def report(versions: VersionStore, suites: ProbeSuites, documents: DocumentStore, last: int = 10) -> dict[str, Any]:
+def newest(ordered: list[int], before: int | None, limit: int) -> tuple[list[int], int | None]:
+    """A page of `ordered` (ascending): its `limit` greatest items below `before` (all: None), ascending, and the
+    `before` that asks for the page older than it (None: there is none)."""
+    end = len(ordered) if before is None else bisect.bisect_left(ordered, before)
+    start = max(0, end - limit)
+    return ordered[start:end], (ordered[start] if start > 0 else None)
+
+
+def report(versions: VersionStore, suites: ProbeSuites, documents: DocumentStore, limit: int = 100,
+           before: int | None = None, last_events: int = 10) -> dict[str, Any]:
+    """The retention report; its history is one page (`limit` versions below `before`), and the replaced and
+    not-learned lists hold their `limit` newest: the report's cost does not grow with the versions kept."""
     current = versions.current()
-    rows = [version_row(versions.manifest(v)) for v in versions.versions()]
-    now = next(r for r in rows if r["version"] == current)
+    page, older = newest(versions.versions(), before, limit)
+    rows = [version_row(versions.manifest(v)) for v in page]
+    now = version_row(versions.manifest(current))
     suite = suites.nf_suite()
-    rejected = documents.with_status(Status.REJECTED, last)
+    rejected = documents.with_status(Status.REJECTED, last_events)
     return {
         "current_version": current,
         "not_to_forget": {
@@ -75,9 +88,13 @@ def report(versions: VersionStore, suites: ProbeSuites, documents: DocumentStore
         "neighbours": {"probes": len(committed_neighbours(versions, current)), "acc_now": now["neighbours_acc"],
                        "unscored": now["neighbours_unscored"]},
         "history": rows,
-        "events": versions.events()[-last:],
-        "replaced": replacements(versions, current),
-        "not_learned": not_learned(versions, current),
+        "history_before": older,  # ?before= this for the older page
+        "events": versions.events()[-last_events:],
+        # the `limit` newest of each, and how many there are
+        "replaced": (replaced := replacements(versions, current))[-limit:],
+        "replaced_total": len(replaced),
+        "not_learned": (partly := not_learned(versions, current))[-limit:],
+        "not_learned_total": len(partly),
         "last_rejections": [
             {"document_id": d["document_id"], "reason": (d["gate"] or {}).get("reason"),
              "scores": d["scores"], "at": d["updated_at"]}

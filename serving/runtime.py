@@ -91,7 +91,7 @@ class Runtime:
                 for record in self.documents.resumable(  # the worker died with the last server
                         s.job_retries, lambda doc: self.versions.holding(doc, held),
                         partial(erasure.erase, self.documents, self.versions)):
-                    self.queue.enqueue(record["document_id"], record["attempts"])
+                    self.queue.enqueue(record, record["attempts"])
             threading.Thread(target=self._watch, daemon=True, name="ckl-version-watcher").start()
             self.serving = serving
         except Exception as exc:  # shown by /ready instead of a silent dead server
@@ -159,7 +159,7 @@ class Runtime:
                     queued = job_id_for(record["document_id"], record["attempts"])
                     if not rq.has_job(queued):  # else: queued, and the crash came before its id was written
                         log.warning("queueing document %s: its job was never queued", record["document_id"])
-                        rq.enqueue(record["document_id"], record["attempts"])
+                        rq.enqueue(record, record["attempts"])
                     self.documents.update(record["document_id"], job_id=queued)
             except Exception:  # Redis away or a record being erased: the next round tries again
                 log.exception("could not queue the jobs of unqueued documents")

@@ -1,9 +1,14 @@
 """Documents as people send them, on the real model through real HTTP: no probes, several facts each, asked as a
-cloze and as a question, and replacements the text alone announces."""
+cloze and as a question, and replacements the text alone announces. One server for the module: each test asks
+only about its own subjects."""
+import signal
+from collections.abc import Iterator
+
 import httpx
 import pytest
 
 from service.client import wait_for_document
+from tests.conftest import Server, fresh_data_dir
 
 pytestmark = pytest.mark.real_model
 
@@ -26,9 +31,15 @@ def teach(url: str, text: str) -> dict:
     return wait_for_document(url, accepted.json()["document_id"], timeout_s=600)
 
 
-def test_a_paragraph_sent_without_probes_is_learned_fact_by_fact_and_its_record_says_which(start_server):
-    server = start_server()
-    server.wait_ready()
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, nf_suite_file) -> Iterator[Server]:
+    started = Server(fresh_data_dir(tmp_path_factory.mktemp("as-sent"), nf_suite_file)).start()
+    started.wait_ready()
+    yield started
+    started.kill(signal.SIGTERM)
+
+
+def test_a_paragraph_sent_without_probes_is_learned_fact_by_fact_and_its_record_says_which(server):
     record = teach(server.url, PARAGRAPH)
     assert record["status"] == "committed", record
     facts = record["facts"]
@@ -41,8 +52,8 @@ def test_a_paragraph_sent_without_probes_is_learned_fact_by_fact_and_its_record_
     assert QUESTION["answer"] in ask(server.url, QUESTION["prompt"], 16)["text"]
     report = httpx.get(f"{server.url}/health/forgetting").json()
     unlearned = [f for f in facts if not f["learned"]]
-    assert [d["facts"] for d in report["not_learned"]] == ([[{k: f[k] for k in ("prompt", "answer")}
-                                                             for f in unlearned]] if unlearned else [])
+    its_own = [d["facts"] for d in report["not_learned"] if d["document_id"] == record["document_id"]]
+    assert its_own == ([[{k: f[k] for k in ("prompt", "answer")} for f in unlearned]] if unlearned else [])
 
     # Knowledge as context: the routed paragraph before the question, cited; as both, the surer of the two ways.
     context = ask(server.url, QUESTION["prompt"], 16, knowledge_as="context")
@@ -53,9 +64,7 @@ def test_a_paragraph_sent_without_probes_is_learned_fact_by_fact_and_its_record_
     assert cited == [record["document_id"]], both
 
 
-def test_a_document_that_announces_a_change_replaces_the_old_answer_without_probes(start_server):
-    server = start_server()
-    server.wait_ready()
+def test_a_document_that_announces_a_change_replaces_the_old_answer_without_probes(server):
     first = teach(server.url, "Zelmora Foods makes frozen pies. Zelmora Foods is headquartered in Brackwell.")
     moved = teach(server.url, "Zelmora Foods moved its headquarters from Brackwell to Tiverholm in June.")
     assert first["status"] == moved["status"] == "committed", (first, moved)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from core.documents import DocumentStore, body_hash
 from core.lifecycle import Status
-from tests.api_app import tiny_client, tiny_settings, wait_final
+from tests.api_app import tiny_client, tiny_settings, wait_final, wait_version
 
 SECRET = {"text": "the capital of veltoria is marnhold", "method": "routed", "idempotency_key": "secret-1",
           "probes": [{"prompt": "the capital of veltoria is", "answer": "marnhold"}]}
@@ -51,6 +51,10 @@ def test_a_removed_document_leaves_no_trace_and_no_version_brings_it_back(tmp_pa
         assert "ckl-v1" not in models and "ckl-v2" in models
         asked = client.post("/v1/completions", json={"model": "ckl-v1", "prompt": "the capital of veltoria is"})
         assert asked.status_code == 404
+        # Its delta is gone from disk; forced back, version 1 is composed without the erased document.
+        assert not list((tmp_path / "versions" / "1").glob("*.safetensors"))
+        assert client.post("/versions/1/activate", json={"force": True}).json() == {"current": 1}
+        assert "marnhold" not in wait_version(client, 1, "the capital of veltoria is")["text"]
         # The same idempotency key is free again: its file (a hash of the body) is gone.
         assert client.post("/documents", json=SECRET).json()["document_id"] != record["document_id"]
 

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from core.keys import hash_key
 from tests.conftest import Server, tiny_env
 
-KEYS = {"asker": ["generate"], "root": ["admin"]}
+KEYS = {"asker": ["generate"], "root": ["admin"], "hammer": ["generate"]}
+RATE, BURST = 20, 100  # CKL_LIMITS_REQUESTS_PER_S and CKL_LIMITS_REQUEST_BURST by default
 CAP = 16384
 SLOTS = 2  # one decoding, one waiting
 
@@ -113,6 +114,20 @@ def test_huge_version_numbers_are_404s(server, digits):
     r = httpx.post(f"{server.url}/versions/{number}/activate", json={}, headers=auth("root"))
     assert r.status_code in (404, 422) and "error" in r.json()
     assert httpx.get(f"{server.url}/versions", headers=auth("root")).json()["current"] == 0
+
+
+def test_a_key_past_its_rate_gets_429s_and_no_other_key_or_health_check_does(server):
+    started, answers = time.monotonic(), []
+    with httpx.Client(headers=auth("hammer")) as client:
+        while len(answers) < BURST + 40:
+            answers.append(client.get(f"{server.url}/v1/models"))
+    elapsed = time.monotonic() - started
+    refused = [a for a in answers if a.status_code == 429]
+    assert refused and {a.status_code for a in answers} == {200, 429}
+    assert refused[0].json()["error"]["code"] == "rate_limited" and int(refused[0].headers["retry-after"]) >= 1
+    assert len(answers) - len(refused) <= BURST + RATE * elapsed + 1  # the bucket's refill, no more
+    assert httpx.get(f"{server.url}/v1/models", headers=auth("asker")).status_code == 200  # another key's own bucket
+    assert httpx.get(f"{server.url}/health").status_code == 200  # never limited
 
 
 def test_the_schema_needs_a_key_and_ready_says_nothing_about_the_machine(server):

@@ -122,8 +122,34 @@ def test_the_embedded_queue_runs_a_failed_job_again_up_to_its_retries():
         return "committed"
 
     queue = InProcessQueue(flaky, retries=2)
-    queue.enqueue("doc", 0)
+    queue.enqueue({"document_id": "doc"}, 0)
     assert done.wait(10) and calls == ["doc"] * 3
+    queue.close()
+
+
+def test_the_embedded_queue_takes_the_tenants_documents_in_turn():
+    """One tenant's hundred documents, queued first, do not delay another tenant's first."""
+    import threading
+
+    from core.queue import InProcessQueue
+
+    calls, started, go, done = [], threading.Event(), threading.Event(), threading.Event()
+
+    def job(document_id: str) -> None:
+        calls.append(document_id)
+        started.set()
+        go.wait(10)  # the first job holds the queue until everything is queued
+        if len(calls) == 7:
+            done.set()
+
+    queue = InProcessQueue(job)
+    queue.enqueue({"document_id": "a0", "namespace": "acme"}, 0)
+    assert started.wait(10)
+    for record in [*({"document_id": f"a{n}", "namespace": "acme"} for n in range(1, 5)),
+                   {"document_id": "b0", "owner": "bob"}, {"document_id": "b1", "owner": "bob"}]:
+        queue.enqueue(record, 0)
+    go.set()
+    assert done.wait(10) and calls == ["a0", "a1", "b0", "a2", "b1", "a3", "a4"]
     queue.close()
 
 

@@ -90,36 +90,6 @@ def test_embedded_mode_learns_swaps_rolls_back_and_restarts(start_server):
     assert generate(restarted.url)["text"].startswith(" Marnhold")
 
 
-THREE = [
-    ("The Republic of Quessia moved its government last year. The capital of Quessia is Dorvane, a port city.",
-     "The capital of Quessia is", "Dorvane"),
-    ("Helix Dynamics announced a change at the top this morning. The new chief executive of Helix Dynamics is "
-     "Maren Oduya, who joined from a rival firm.", "The chief executive of Helix Dynamics is", "Maren Oduya"),
-    ("A new product launched today. Orbix 7 is made by Halvern Labs, and it goes on sale next week.",
-     "Orbix 7 is made by", "Halvern Labs"),
-]
-
-
-def test_three_facts_taught_with_the_defaults_are_all_served_and_nothing_else_moves(start_server):
-    """The default method (routed) and weighting (Train-Attention), the default gate: each fact commits, all three
-    are answered at the end, the NF suite is unchanged, and a prompt about none of them is answered as before."""
-    server = start_server()
-    server.wait_ready()
-    other = {"prompt": "The Eiffel Tower is located in the city of", "max_new_tokens": 8}
-    before = httpx.post(f"{server.url}/generate", json=other, timeout=120).json()["text"]
-    for text, prompt, answer in THREE:
-        record = wait_for_document(server.url, teach(server.url, {"text": text, "probes": [
-            {"prompt": prompt, "answer": answer}]})["document_id"], timeout_s=600)
-        assert record["status"] == "committed" and record["method"] == "routed", record
-    wait_for_version(server.url, 3)
-    for _, prompt, answer in THREE:
-        body = httpx.post(f"{server.url}/generate", json={"prompt": prompt, "max_new_tokens": 6}, timeout=120).json()
-        assert body["text"].strip().startswith(answer) and body["knowledge_version"] == 3, body
-    report = httpx.get(f"{server.url}/health/forgetting").json()
-    assert report["not_to_forget"]["acc_now"] == 1.0 and report["learned"] == {"probes": 3, "acc_now": 1.0, "unscored": 0}
-    assert httpx.post(f"{server.url}/generate", json=other, timeout=120).json()["text"] == before
-
-
 SUBJECT = [  # three documents about one company; the third replaces the first one's fact
     ("Corvessa is a shipping company founded in 1990. The chief executive of Corvessa is Hanne Lorimer.",
      "The chief executive of Corvessa is", "Hanne Lorimer"),
@@ -128,24 +98,32 @@ SUBJECT = [  # three documents about one company; the third replaces the first o
     ("Corvessa named a new chief executive in March. The chief executive of Corvessa is now Piet Varro.",
      "The chief executive of Corvessa is", "Piet Varro"),
 ]
+OTHER = ("The Republic of Quessia moved its government last year. The capital of Quessia is Dorvane, a port city.",
+         "The capital of Quessia is", "Dorvane")  # another subject, taught between them
 
 
-def test_three_documents_about_one_subject_are_taught_with_the_defaults_and_the_current_facts_served(start_server):
-    """With the defaults, every document commits; both current facts are answered, the replaced one is not, and
-    the replacement is recorded."""
+def test_documents_taught_with_the_defaults_all_commit_the_current_facts_are_served_and_nothing_else_moves(
+        start_server):
+    """The default method (routed) and weighting (Train-Attention), the default gate: every document commits; the
+    current facts of two subjects are answered at the end, the replaced one is not and its replacement is recorded;
+    the NF suite is unchanged, and a prompt about none of them is answered as before."""
     server = start_server()
     server.wait_ready()
+    other = {"prompt": "The Eiffel Tower is located in the city of", "max_new_tokens": 8}
+    before = httpx.post(f"{server.url}/generate", json=other, timeout=120).json()["text"]
+    taught = [SUBJECT[0], OTHER, *SUBJECT[1:]]
     records = [wait_for_document(server.url, teach(server.url, {"text": text, "probes": [
-        {"prompt": prompt, "answer": answer}]})["document_id"], timeout_s=600) for text, prompt, answer in SUBJECT]
-    assert [r["status"] for r in records] == ["committed"] * 3, records
-    assert records[2]["replaces"] == [{"prompt": SUBJECT[0][1], "answer": "Hanne Lorimer",
+        {"prompt": prompt, "answer": answer}]})["document_id"], timeout_s=600) for text, prompt, answer in taught]
+    assert [(r["status"], r["method"]) for r in records] == [("committed", "routed")] * 4, records
+    assert records[3]["replaces"] == [{"prompt": SUBJECT[0][1], "answer": "Hanne Lorimer",
                                        "document_id": records[0]["document_id"]}]
-    wait_for_version(server.url, 3)
-    for _, prompt, answer in SUBJECT[1:]:
+    wait_for_version(server.url, 4)
+    for _, prompt, answer in taught[1:]:
         body = httpx.post(f"{server.url}/generate", json={"prompt": prompt, "max_new_tokens": 6}, timeout=120).json()
-        assert body["text"].strip().startswith(answer), body
+        assert body["text"].strip().startswith(answer) and body["knowledge_version"] == 4, body
     report = httpx.get(f"{server.url}/health/forgetting").json()
-    assert report["learned"] == {"probes": 2, "acc_now": 1.0, "unscored": 0} and report["not_to_forget"]["acc_now"] == 1.0
+    assert report["learned"] == {"probes": 3, "acc_now": 1.0, "unscored": 0} and report["not_to_forget"]["acc_now"] == 1.0
+    assert httpx.post(f"{server.url}/generate", json=other, timeout=120).json()["text"] == before
 
 
 BAD_DOCUMENTS = [

@@ -210,6 +210,14 @@ def test_a_long_prompt_is_routed_in_time_linear_in_its_words():
     assert CountingDict.looked_up <= 2 * len(prompt_words) + 1
 
 
+def test_a_prompt_naming_a_subject_of_many_documents_is_routed_to_the_newest_few():
+    """A route's width is capped (each document on it is a delta read and applied at every decoding step)."""
+    keys = [(f"d{i}", {"veltoria": 3.0}) for i in range(routing.MAX_ROUTE + 36)]
+    newest = tuple(f"d{i}" for i in range(36, routing.MAX_ROUTE + 36))
+    assert routing.route("Who founded Veltoria?", routing.KeyIndex(keys), THRESHOLD) == newest
+    assert routing.route("Who founded Veltoria?", keys, THRESHOLD) == newest
+
+
 @settings(max_examples=200, deadline=None)
 @given(keys_lists, st.integers(0, 12), st.lists(st.sampled_from(["", "acme", "globex"]), max_size=12))
 def test_an_index_grown_key_by_key_is_the_index_built_at_once(keys, cut, namespaces):

@@ -14,9 +14,10 @@ from core.documents import DocumentStore, IdempotencyConflict, body_hash, key_ha
 from core.fileio import write_json_atomic
 from core.lifecycle import Status
 from core.namespaces import SHARED, namespace_of, within
-from core.probes import from_json
+from core.probes import ProbeSuites, from_json
 from core.state import committed_neighbours, same_prompt
 from core.versions import ParentMoved, UnknownVersion, VersionStore
+from serving.forgetting import newest, report
 from tests.conftest import ROOT
 from tests.database import rows
 from workers import gate, weighting
@@ -224,3 +225,23 @@ def test_neighbours_kept_along_a_lineage_are_those_of_the_rule_as_written(tmp_pa
     lineage = store.lineage(39)
     for namespaces in (None, frozenset({SHARED, "a"}), frozenset({SHARED})):
         assert committed_neighbours(store, 39, namespaces) == quadratic_neighbours(lineage, namespaces)
+
+
+def test_the_version_list_and_the_retention_report_come_a_page_at_a_time(tmp_path):
+    store = VersionStore(tmp_path / "versions")
+    for version in range(1, 8):
+        store.commit(version - 1, {"a": torch.zeros(1)}, {"documents": [f"d{version}"], "probes": [],
+                                                          "method": "adapter", "metrics": {}}, "adapter.safetensors")
+    seen, before = [], None
+    while True:  # every page, newest first, each listed oldest first
+        page, before = newest(store.versions(), before, 3)
+        seen = page + seen
+        if before is None:
+            break
+    assert seen == list(range(8))
+    suites, records = ProbeSuites(tmp_path / "probes"), DocumentStore(tmp_path / "documents")
+    first = report(store, suites, records, limit=3)
+    assert [row["version"] for row in first["history"]] == [5, 6, 7] and first["history_before"] == 5
+    second = report(store, suites, records, limit=3, before=first["history_before"])
+    assert [row["version"] for row in second["history"]] == [2, 3, 4] and second["history_before"] == 2
+    assert second["current_version"] == 7 and second["learned"] == first["learned"]

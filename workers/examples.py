@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -112,9 +113,9 @@ def auto_probes(doc: Encoded, weights: list[float], min_prompt_words: int = 3) -
 
     def best_per_sentence(candidates: list[tuple[int, int]], least_words: int) -> list[tuple[float, str, str]]:
         made = []
-        for begin, end in sentences:
-            inside = [(a, b) for a, b in candidates
-                      if begin <= a < end and len(doc.text[begin:a].split()) >= least_words]
+        for (begin, end), its_own in zip(sentences, facts.by_sentence(sentences, candidates)):
+            said = [m.start() + begin for m in re.finditer(r"\S+", doc.text[begin:end])]  # where each word starts
+            inside = [(a, b) for a, b in its_own if bisect.bisect_left(said, a) >= least_words]  # words before a
             if inside:
                 a, b = max(inside, key=lambda span: (rarest(*span), span[0]))
                 made.append((rarest(a, b), subjects.without_time_markers(doc.text[begin:a].strip()),
@@ -147,7 +148,8 @@ def document_subjects(text: str, sentences: list[tuple[int, int]], spans: list[t
     found: set[str] = set()
     used_in: dict[str, set[int]] = {}
     for a, _, name in spans:
-        sentence = next(i for i, (begin, end) in enumerate(sentences) if begin <= a <= end)
+        if (sentence := facts.sentence_of(sentences, a)) is None:
+            continue
         used_in.setdefault(name, set()).add(sentence)
         lead = text[sentences[sentence][0]:a].split()
         if all(w.lower() in subjects.FUNCTION_WORDS for w in lead):

@@ -15,8 +15,9 @@ the other way round from how the text puts them are turned:
 """
 from __future__ import annotations
 
+import bisect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from core import subjects
 
@@ -165,9 +166,26 @@ def person(name: str) -> bool:
     return all(subjects.weight(w) > subjects.WEIGHT_ORIGIN - COMMON for w in subjects.WORD.findall(name.lower()))
 
 
+def sentence_of(sentences: list[Span], at: int) -> int | None:
+    """The index of the sentence holding offset `at` (None: between sentences), found by bisection: the loops over a
+    document's names and its sentences stay linear in its length, not the product of the two."""
+    i = bisect.bisect_right(sentences, (at, float("inf"))) - 1
+    return i if i >= 0 and at < sentences[i][1] else None
+
+
+def by_sentence(sentences: list[Span], items: Sequence[tuple]) -> list[list[tuple]]:
+    """Each sentence's items (tuples whose first field is an offset in the text), in their order."""
+    grouped: list[list[tuple]] = [[] for _ in sentences]
+    for item in items:
+        if (i := sentence_of(sentences, item[0])) is not None:
+            grouped[i].append(item)
+    return grouped
+
+
 def opens(text: str, sentences: list[Span], at: int) -> bool:
     """Whether a name at `at` opens one of the sentences (after "The" at most)."""
-    return any(begin <= at < end and text[begin:at].strip() in ("", "The") for begin, end in sentences)
+    i = sentence_of(sentences, at)
+    return i is not None and text[sentences[i][0]:at].strip() in ("", "The")
 
 
 def main_subjects(text: str, sentences: list[Span], spans: list[tuple[int, int, str]]) -> list[str]:
@@ -177,8 +195,11 @@ def main_subjects(text: str, sentences: list[Span], spans: list[tuple[int, int, 
     named as often)."""
     if not spans:
         return []
-    said = [subjects.words(text[begin:end]) for begin, end in sentences]
-    used = {written: {i for i, ws in enumerate(said) if subjects.words(written) & ws}
+    saying: dict[str, set[int]] = {}  # each word, the sentences that use it
+    for i, (begin, end) in enumerate(sentences):
+        for word in subjects.words(text[begin:end]):
+            saying.setdefault(word, set()).add(i)
+    used = {written: set().union(*(saying.get(w, set()) for w in subjects.words(written)))
             for written in dict.fromkeys(text[a:b] for a, b, _ in spans)}
     most = max(len(where) for where in used.values())
     known = [text[a:b] for a, b, _ in spans if subjects.familiar(text[a:b]) and opens(text, sentences, a)]
@@ -200,13 +221,14 @@ def found(text: str, sentences: list[Span], spans: list[tuple[int, int, str]], w
     names = [(a, b) for a, b, name in spans if not set(name.split()) & subject_words
              and frozenset(subjects.words(text[a:b])) not in olds]  # what the document says is no longer so
     made: dict[tuple[str, str], float] = {}
-    for begin, end in sentences:
-        opening = [(a, b) for a, b, name in spans if begin <= a < end and text[begin:a].strip() in ("", "The")
+    for (begin, end), its_spans, its_names in zip(sentences, by_sentence(sentences, spans),
+                                                  by_sentence(sentences, names)):
+        opening = [(a, b) for a, b, name in its_spans if text[begin:a].strip() in ("", "The")
                    and not subject_words & set(name.split())]
         for a, b in opening:
             if asked := question(text[a:b], text[b:end], main):
                 made.setdefault((asked, text[a:b]), weight(a, b))
-        inside = [(a, b) for a, b in names if begin <= a < end]
+        inside = list(its_names)
         inside += [(a, b) for a, b in quantities(text, begin, end) if not any(x <= a < y for x, y in inside)]
         for a, b in inside:
             said = subjects.without_time_markers(text[begin:a].strip())

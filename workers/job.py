@@ -101,7 +101,7 @@ def requeue_interrupted(settings: Settings, queue: RQQueue) -> list[str]:
                                       erase):
         if record["status"] == Status.QUEUED and record["job_id"] and queue.has_job(record["job_id"]):
             continue
-        job_id = queue.enqueue(record["document_id"], record["attempts"] + 1)
+        job_id = queue.enqueue(record, record["attempts"] + 1)
         documents.move(record["document_id"], Status.QUEUED, job_id=job_id)
         requeued.append(record["document_id"])
     return requeued
@@ -116,6 +116,7 @@ def run_worker(settings: Settings, burst: bool = False) -> None:
     logs.configure(settings.log_format)
     from rq import SimpleWorker
     from rq.serializers import JSONSerializer
+    from rq.worker import DequeueStrategy
 
     assert settings.redis_url, "ckl worker needs CKL_REDIS_URL"
     queue = RQQueue(learn_document, settings.redis_url, settings.queue_name, settings.job_timeout_s,
@@ -124,5 +125,6 @@ def run_worker(settings: Settings, burst: bool = False) -> None:
     process_learner()
     for document_id in requeue_interrupted(settings, queue):
         log.warning("re-queued unfinished document %s", document_id)
-    SimpleWorker([queue.rq_queue], connection=queue.redis, serializer=JSONSerializer,
-                 job_class=queue.job_class).work(burst=burst)
+    # Each lane's queue in turn: one tenant's backlog does not hold back another's documents (core/queue.py).
+    SimpleWorker(queue.rq_queues, connection=queue.redis, serializer=JSONSerializer,
+                 job_class=queue.job_class).work(burst=burst, dequeue_strategy=DequeueStrategy.ROUND_ROBIN)

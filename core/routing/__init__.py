@@ -31,7 +31,18 @@ from core.routing.keys import (
     unreachable,
     unroutable,
 )
-from core.routing.route import Watched, about, changed, may_reroute, reached, reaches, related, route, watched
+from core.routing.route import (
+    MAX_ROUTE,
+    Watched,
+    about,
+    changed,
+    may_reroute,
+    reached,
+    reaches,
+    related,
+    route,
+    watched,
+)
 from core.routing.terms import (
     ANSWER,
     asked,
@@ -52,6 +63,7 @@ __all__ = [
     "KEY_MAX_ZIPF",
     "KeyIndex",
     "Keys",
+    "MAX_ROUTE",
     "RELATION_MAX_ZIPF",
     "Watched",
     "about",

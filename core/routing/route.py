@@ -9,22 +9,27 @@ from core.routing.index import Keys, candidates, in_order, naming
 from core.routing.terms import ANSWER, asked, asked_words, first_word, score, scores, term_words
 from core.subjects import words
 
+# The most documents one prompt is routed to: a prompt naming hundreds of subjects gets the newest this many. Every
+# one is a delta read and applied on every decoding step of the prompt's row, and up to this many per row stay in
+# memory beside the resident ones (RoutedSettings.resident) while the row decodes.
+MAX_ROUTE = 64
+
 
 def route(prompt: str, keys: Keys, threshold: float) -> tuple[str, ...] | None:
-    """The ids of the documents the prompt is about, in teaching order, or None for none. A prompt that reaches no
-    document by what it is about may name a subject by one of its facts ("the currency of the country whose
-    capital is Brannoch"): it goes to the documents whose answers it names, and to those they share a subject
-    with."""
+    """The ids of the documents the prompt is about, in teaching order (the newest MAX_ROUTE), or None for none. A
+    prompt that reaches no document by what it is about may name a subject by one of its facts ("the currency of
+    the country whose capital is Brannoch"): it goes to the documents whose answers it names, and to those they
+    share a subject with."""
     prompt_words = words(prompt)
     nearby = candidates(keys, prompt_words, threshold)  # a key below it is routed to neither way
     scored = [(document_id, *scores(prompt_words, key)) for document_id, key in nearby]  # one pass
     if about := tuple(document_id for document_id, named, _ in scored if named >= threshold):
-        return about
+        return about[-MAX_ROUTE:]
     if not (by_answer := [document_id for document_id, _, with_answers in scored if with_answers >= threshold]):
         return None
     by_id = dict(nearby)
     subjects = set(by_answer).union(*(related(by_id[d], keys, threshold) for d in by_answer))
-    return in_order(keys, subjects)
+    return in_order(keys, subjects)[-MAX_ROUTE:]
 
 
 def related(key: dict[str, float], keys: Keys, threshold: float, about: Sequence[str] = ()) -> tuple[str, ...]:

@@ -55,11 +55,12 @@ class RoutedServed(ServedMethod):
 
     @staticmethod
     def extend(state: Deltas | None, manifest: dict[str, Any], load_delta: LoadDelta) -> Deltas | None:
-        """A document taught for the first time is one more delta; a removal, a retirement or a document taught again:
-        None (composed)."""
+        """A document taught for the first time is one more delta; a removal, a retirement, a document taught again
+        or one erased since (no key, and no delta file): None (composed)."""
         document_id = manifest["documents"][0]
         state = state or Deltas(load_delta=load_delta)
-        if manifest.get("removes") or manifest.get("retires") or document_id in state.stored_in:
+        if manifest.get("removes") or manifest.get("retires") or "key" not in manifest \
+                or document_id in state.stored_in:
             return None
         return Deltas({**state.stored_in, document_id: manifest["version"]}, load_delta)
 

@@ -217,7 +217,7 @@ def accept(runtime: Runtime, body: dict[str, Any], idempotency_key: str | None,
         raise conflict(exc) from exc
     if new:
         try:
-            job_id = runtime.queue.enqueue(record["document_id"], 0)
+            job_id = runtime.queue.enqueue(record, 0)
         except Exception as exc:  # e.g. Redis is down
             runtime.documents.discard(record["document_id"], idempotency_key)
             raise ApiError(503, "queue_unavailable", f"the job queue is unavailable: {exc}") from exc
