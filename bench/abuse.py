@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import psutil
 
+from bench.long_document import document
 from bench.serve import PROMPTS, load, summary
 from bench.server import running_server
 from core.keys import KeyConfig, hash_key
@@ -136,6 +137,7 @@ async def fitting(client: httpx.AsyncClient, url: str, path: str, field: str, wo
 
 
 DISTINCT = [f"word{i}" for i in range(2000)]  # distinct words: routing's worst case
+ARTICLE = document(19_000, seed=0).split()  # sentences about invented people: a preview makes probes of them
 # A long run of blanks inside a document within CKL_LIMITS_MAX_DOCUMENT_CHARS: what froze the time-marker pattern.
 SPACES = "The Zorvath Institute is " + " " * 19_000 + "now open."
 
@@ -149,7 +151,7 @@ async def attack(url: str, kind: str, until: asyncio.Event) -> dict[str, int]:
     key = FLOOD if kind in ("previews", "blank_documents", "repeated_delete") else VANISH
     async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
         erased = await erasable(client, url) if kind == "repeated_delete" else None
-        long_text = (await fitting(client, url, "/documents/preview", "text", DISTINCT) if kind == "previews" else
+        long_text = (await fitting(client, url, "/documents/preview", "text", ARTICLE) if kind == "previews" else
                      await fitting(client, url, "/generate", "prompt", DISTINCT) if kind == "long_prompts" else "")
         while not until.is_set():
             if kind == "old_version":

@@ -3,6 +3,7 @@ and the app. Heavy imports happen inside each command so `ckl --help` is instant
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -25,8 +26,6 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def cmd_keys(args: argparse.Namespace) -> None:
-    import json
-
     from pydantic import ValidationError
 
     from core.keys import SCOPES, KeyConfig, hash_key, new_key
@@ -170,6 +169,7 @@ BENCHES = {"generate": "bench.generate", "serve": "bench.serve", "dtype": "bench
            "scale": "bench.scale", "step-time": "bench.step_time", "text-passes": "bench.text_passes"}
 
 
+OWN_PARSERS = {"train-attention": "research.train_attention.cli", "fsck": "ckl.fsck"}
 # Packages of the `bench` extra only (pyproject.toml), never needed to serve.
 BENCH_ONLY = ("psutil", "matplotlib")
 
@@ -295,6 +295,7 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
     c.set_defaults(func=cmd_calibrate)
 
     sub.add_parser("train-attention", help="meta-train phi, the Train-Attention model (see its --help)")
+    sub.add_parser("fsck", help="check a data folder's consistency and say what a repair would do (see its --help)")
 
     p = sub.add_parser("weights", help="show the Train-Attention weight of every token of a text")
     local(p)
@@ -338,10 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["train-attention"]:  # its own parser, flags and --help included
-        from research.train_attention import cli
-
-        return cli.main(argv[1:])
+    if argv[:1] and argv[0] in OWN_PARSERS:  # a command with its own parser, flags and --help included
+        return importlib.import_module(OWN_PARSERS[argv[0]]).main(argv[1:])
     args = build_parser().parse_args(argv)
     args.func(args)
 

@@ -141,6 +141,12 @@ class DocumentStore:
         with self._writing() as connection:
             connection.execute(delete(idempotency).where(idempotency.c.document_id == document_id))
 
+    def idempotency_count(self, document_id: str) -> int:
+        """How many idempotency keys name the document."""
+        with self.engine.connect() as connection:
+            return connection.scalar(select(func.count()).select_from(idempotency)
+                                     .where(idempotency.c.document_id == document_id))
+
     def truncate_log(self) -> None:
         """Drop the old pages of the database's log, which still hold what was rewritten (an erased text)."""
         database.truncate_log(self.engine)

@@ -63,7 +63,8 @@ class GenerationService:
         serving = self.serving()
         with self._scheduler_lock:  # built on first use: the model is not loaded when the app is made
             if self._scheduler is None:
-                self._scheduler = Scheduler(serving, self.settings.limits.max_concurrent_generations)
+                limits = self.settings.limits
+                self._scheduler = Scheduler(serving, limits.max_concurrent_generations, limits.prefill_share)
             return self._scheduler
 
     def prompt_ids(self, prompt: str, max_new_tokens: int, field: str = "prompt",
@@ -171,7 +172,8 @@ class GenerationService:
 
         def decoded(prompt_ids: list[int], asked: Choice, sampling: SamplingParams = params,
                     on_retire: Callable[[], None] | None = slot.release) -> Iterator[str | Generation]:
-            return scheduler.stream(prompt_ids, sampling, version, load, on_retire, asked, cancel)
+            return scheduler.stream(prompt_ids, sampling, version, load, on_retire, asked, cancel,
+                                    caller.owner if caller else None)
 
         def pieces() -> Iterator[str | Generation]:
             try:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from core.model.served_model import ServingModel
 from core.served import Choice
 from core.state import Knowledge
-from serving.generation import Generation
+from serving.generation import Generation, final
 
 MAX_DOCUMENTS = 3  # a prompt about one subject reaches its few documents; more is mostly cost
 
@@ -63,11 +63,6 @@ def with_context(serving: ServingModel, ids: list[int], version: int | None, loa
 Run = Callable[[list[int], Choice], Iterator[str | Generation]]
 
 
-def answered(pieces: Iterator[str | Generation]) -> Generation:
-    *_, result = pieces
-    return result
-
-
 def sureness(answer: Generation) -> float:
     return float("-inf") if answer.confidence is None else answer.confidence
 
@@ -77,8 +72,8 @@ def surer(run: Run, as_context: InContext, ids: list[int], choice: Choice) -> Ge
     the batch), and the answer the model is surer of: the higher mean log-probability of its first tokens
     (Generation.confidence; a tie goes to context). Its usage counts both ways' tokens."""
     with ThreadPoolExecutor(2) as pool:  # both submitted before either is waited for: decoded side by side
-        futures = [pool.submit(answered, run(as_context.ids, as_context.choice)),
-                   pool.submit(answered, run(ids, choice))]
+        futures = [pool.submit(final, run(as_context.ids, as_context.choice)),
+                   pool.submit(final, run(ids, choice))]
         by_context, by_weights = (future.result() for future in futures)
     if sureness(by_context) >= sureness(by_weights):
         winner, other = by_context, by_weights

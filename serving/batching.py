@@ -28,6 +28,10 @@ logits: the CPU's matrix kernels differ by batch size, and a padded row takes th
 how much: docs/decisions.md, Continuous batching), so a near-tie between the two best tokens could still go
 either way.
 
+Long prompts. A prefill holds every running sequence back (seconds for thousands of tokens on a CPU). While other
+senders' answers decode, a sender's prompt over `free_tokens` waits (1 / prefill_share - 1) times as long as its
+last such prefill took: a key sending long prompts takes at most that share of the decoder, and pays in waiting.
+
 Versions. A sequence pins its version when it is submitted and releases it when it is retired; `install`
 takes the serving lock, which every forward pass holds, so a swap lands between two steps and a running
 answer keeps its version. Versions pinned by running sequences form groups of their own.
@@ -69,6 +73,7 @@ class Sequence:
     used: list[dict[str, Any]]  # the knowledge its routes use (ServingModel.cite)
     out: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)  # pieces, then the Generation or an error
     first_token_s: float = 0.0
+    sender: str | None = None  # whose request (a key's owner): long prompts are shared out per sender
     # Set when the client went away (the stream closed, or its consumer closed from another thread while one
     # was blocked reading it): retired at the next round.
     cancelled: threading.Event = field(default_factory=threading.Event)
@@ -87,10 +92,24 @@ class Group:
     last: torch.Tensor  # [rows]: each row's last sampled token, its next input
 
 
+FREE_PREFILL_TOKENS = 256  # a prompt this long or shorter (a question, a paragraph as context) is never held back
+
+
+def held_back(sequence: Sequence, decoding: set[str | None], free_tokens: int, until: dict[str | None, float],
+              now: float) -> bool:
+    """Whether a waiting sequence waits another round: a long prompt whose sender's last long prefill has not been
+    paid for yet, while other senders' answers decode."""
+    return len(sequence.prompt_ids) > free_tokens and until.get(sequence.sender, -math.inf) > now \
+        and bool(decoding - {sequence.sender})
+
+
 class Scheduler:
-    def __init__(self, serving: ServingModel, max_running: int) -> None:
+    def __init__(self, serving: ServingModel, max_running: int, prefill_share: float = 1.0,
+                 free_tokens: int = FREE_PREFILL_TOKENS) -> None:
         self.serving = serving
         self.max_running = max_running
+        self.prefill_share, self.free_tokens = prefill_share, free_tokens
+        self._prefill_until: dict[str | None, float] = {}  # per sender: when its next long prompt may be prefilled
         self.stops = eos_ids(serving)
         self._lock = threading.Lock()  # guards _waiting and _thread
         self._waiting: deque[Sequence] = deque()
@@ -112,14 +131,16 @@ class Scheduler:
     def stream(self, prompt_ids: list[int], params: SamplingParams, version: int | None = None,
                load: Callable[[], Knowledge] | None = None,
                on_retire: Callable[[], None] | None = None, choice: Choice = ROUTED,
-               cancel: threading.Event | None = None) -> Iterator[str | Generation]:
+               cancel: threading.Event | None = None, sender: str | None = None) -> Iterator[str | Generation]:
         """As generation.stream, decoded in the batch: text pieces, then the Generation. Pins the version (the
         current one, or `version`, loaded with `load()` if not held) on the first item; a consumer that stops
         iterating frees the sequence's row at the next round. `on_retire` runs when the sequence leaves the
         decoder (it ended, failed or was dropped), whether or not anyone reads what it left. `choice`: the
         knowledge the request may use (ServingModel.routes). `cancel`, set from any thread, retires it too: a
-        generator being read in another thread cannot be closed from this one."""
-        sequence = self._submit(prompt_ids, params, version, load, on_retire, choice, cancel or threading.Event())
+        generator being read in another thread cannot be closed from this one. `sender`: whose request it is (see
+        Long prompts above)."""
+        sequence = self._submit(prompt_ids, params, version, load, on_retire, choice, cancel or threading.Event(),
+                                sender)
         try:
             while not isinstance(item := sequence.out.get(), Generation):
                 if isinstance(item, BaseException):
@@ -131,7 +152,7 @@ class Scheduler:
 
     def _submit(self, prompt_ids: list[int], params: SamplingParams, version: int | None,
                 load: Callable[[], Knowledge] | None, on_retire: Callable[[], None] | None,
-                choice: Choice, cancel: threading.Event) -> Sequence:
+                choice: Choice, cancel: threading.Event, sender: str | None) -> Sequence:
         started = time.perf_counter()
         pin = ExitStack()
         if on_retire is not None:
@@ -143,7 +164,7 @@ class Scheduler:
             pin.close()
             raise
         sequence = Sequence(prompt_ids, version, routes, Answer(self.serving.tokenizer, params, self.stops),
-                            seeded(params.seed), pin.close, started, used, cancelled=cancel)
+                            seeded(params.seed), pin.close, started, used, cancelled=cancel, sender=sender)
         with self._lock:
             self._waiting.append(sequence)
             if self._thread is None:  # the thread ends when nothing is left; the next request starts it again
@@ -161,7 +182,9 @@ class Scheduler:
                     for sequence in admitted:  # admitted together, prefilled together where they may share a pass
                         batches.setdefault(self._key(sequence), []).append(sequence)
                     for batch in batches.values():
+                        clock = time.monotonic()
                         self._prefill(batch)
+                        self._charge(batch, time.monotonic() - clock)
                     for group in list(self._groups.values()):
                         self._step(group)
             idle = threading.Timer(BUSY_GAP_S, self._give_back_if_idle)
@@ -195,12 +218,28 @@ class Scheduler:
             for sequence in [s for s in self._waiting if s.cancelled.is_set()]:
                 self._waiting.remove(sequence)
                 self._end(sequence)  # a reader blocked on it (another thread) gets its end
-            room = self.max_running - self.running()
-            admitted = [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
+            room, now = self.max_running - self.running(), time.monotonic()
+            decoding = {s.sender for group in self._groups.values() for s in group.rows}
+            admitted = []
+            for sequence in list(self._waiting):
+                if len(admitted) == room:
+                    break
+                if not held_back(sequence, decoding, self.free_tokens, self._prefill_until, now):
+                    self._waiting.remove(sequence)
+                    admitted.append(sequence)
             if not admitted and not self._groups:
                 self._thread = None
                 return None
         return admitted
+
+    def _charge(self, batch: list[Sequence], seconds: float) -> None:
+        """The senders of long prompts in a prefill that took `seconds` wait (1 / share - 1) times as long."""
+        now = time.monotonic()
+        for sequence in batch:
+            if self.prefill_share < 1 and len(sequence.prompt_ids) > self.free_tokens:
+                self._prefill_until[sequence.sender] = now + seconds * (1 / self.prefill_share - 1)
+        if len(self._prefill_until) > 10_000:  # senders long paid up are forgotten
+            self._prefill_until = {k: t for k, t in self._prefill_until.items() if t > now}
 
     def _key(self, sequence: Sequence) -> Hashable:
         """What sequences sharing a forward pass must share: the version, and the routes not routed per row."""

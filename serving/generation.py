@@ -177,7 +177,12 @@ def stream(serving: ServingModel, prompt_ids: list[int], params: SamplingParams,
     yield answer.result(len(prompt_ids), version, started, first_token_s, used)
 
 
-def generate(serving: ServingModel, prompt_ids: list[int], params: SamplingParams) -> Generation:
-    """The whole answer at once, on the current version: the last item of `stream`."""
-    *_, result = stream(serving, prompt_ids, params)
+def final(pieces: Iterator[str | Generation]) -> Generation:
+    """A stream's last item: the whole answer (the pieces before it are drained)."""
+    *_, result = pieces
     return result
+
+
+def generate(serving: ServingModel, prompt_ids: list[int], params: SamplingParams) -> Generation:
+    """The whole answer at once, on the current version."""
+    return final(stream(serving, prompt_ids, params))

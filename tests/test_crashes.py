@@ -14,6 +14,7 @@ import pytest
 import redis as redis_client
 
 from bench.server import free_port
+from ckl import fsck
 from core import faults
 from core.versions import VersionStore
 from service.client import wait_for_document
@@ -70,6 +71,7 @@ def test_a_worker_killed_at_every_point_of_a_job_loses_nothing_and_commits_each_
             assert worker.popen.wait(180) == -signal.SIGKILL, worker.tail()
             assert f"killed at {point}" in worker.tail()
             assert_each_document_committed_once(data, [d for d in ids if d in held_documents(data)])
+            assert {f.kind for f in fsck.check(data)} <= {fsck.ORPHAN}, fsck.check(data)  # ckl fsck after each kill
         workers.append(Proc(["worker"], server.env, tmp_path / "worker.log").start())
         records = [wait_for_document(server.url, d, timeout_s=180) for d in ids]
         assert [r["status"] for r in records] == ["committed", "committed"], (records, workers[-1].tail())

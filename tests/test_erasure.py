@@ -9,6 +9,7 @@ import logging
 import shutil
 from pathlib import Path
 
+from ckl import fsck
 from core.documents import DocumentStore, body_hash
 from core.lifecycle import Status
 from tests.api_app import tiny_client, tiny_settings, wait_final, wait_version
@@ -56,7 +57,15 @@ def test_a_removed_document_leaves_no_trace_and_no_version_brings_it_back(tmp_pa
         assert client.post("/versions/1/activate", json={"force": True}).json() == {"current": 1}
         assert "marnhold" not in wait_version(client, 1, "the capital of veltoria is")["text"]
         # The same idempotency key is free again: its file (a hash of the body) is gone.
-        assert client.post("/documents", json=SECRET).json()["document_id"] != record["document_id"]
+        taught_again = client.post("/documents", json=SECRET).json()["document_id"]
+        assert taught_again != record["document_id"]
+        wait_final(client, taught_again)
+    assert fsck.check(tmp_path) == []  # ckl fsck finds the erasure complete and every version whole
+    manifest = tmp_path / "versions" / "1" / "manifest.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "probes": SECRET["probes"]}))
+    delta = next((tmp_path / "versions" / "2").glob("*.safetensors"))
+    delta.write_bytes(delta.read_bytes()[:-1])
+    assert sorted(f.kind for f in fsck.check(tmp_path)) == ["delta_mismatch", "erasure_incomplete"]
 
 
 def test_a_document_no_version_holds_is_erased_at_once(tmp_path):
@@ -120,6 +129,7 @@ def test_an_erasure_reaches_orphaned_folders_and_is_not_stopped_by_a_cut_manifes
         assert json.loads((root / "90" / "manifest.json").read_text())["probes"] == []
         again = wait_final(client, client.delete(f"/documents/{second['document_id']}").json()["document_id"])
         assert again["status"] == "committed", again
+    assert {f.kind for f in fsck.check(tmp_path)} == {fsck.ORPHAN}  # what the crash left, and nothing else
 
 
 def test_a_failed_document_a_version_holds_is_not_erased_while_served(tmp_path):
