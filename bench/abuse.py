@@ -130,7 +130,10 @@ async def fitting(client: httpx.AsyncClient, url: str, path: str, field: str, wo
         text = " ".join(words)
         answer = await client.post(f"{url}{path}", json={field: text, **({"max_new_tokens": 1} if field == "prompt"
                                                                           else {})})
-        if answer.status_code != 422:
+        if answer.status_code == 429:  # the key's rate (the flood before): asked again once it has passed
+            await asyncio.sleep(float(answer.headers.get("retry-after", 1)))
+            continue
+        if answer.is_success:
             return text
         words = words[:len(words) // 2]
     return words[0]

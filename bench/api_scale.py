@@ -5,8 +5,8 @@ while the API is timed).
 
 Per n: seconds from start to ready (every version's manifest read, the current version composed), the p50/p95 of
 GET /documents?limit=50 (first and last page), POST /documents, GET /metrics, GET /v1/models, GET /documents/{id}
-(a lineage walk) and GET /health/forgetting (every version), the server's RSS after them; then a real `ckl worker`
-started on that store, which teaches the first posted document (no probes: auto-probes, training, the gate, the
+(a lineage walk), GET /health/forgetting and GET /versions (their newest page of 100 versions), the server's RSS
+after them; then a real `ckl worker` started on that store, which teaches the first posted document (no probes: auto-probes, training, the gate, the
 commit), and, once it did, a second worker started after it, which teaches the next two (the second of them is
 the job a worker that keeps running does each time): each job's seconds from its worker's start or its last job's
 end to the document's final status (None past --worker-timeout), its timings and the worker's peak RSS; once
@@ -242,7 +242,8 @@ def measure(n: int, models_dir: Path, requests: int, worker_timeout_s: float) ->
                        "v1_models": timed(lambda _: client.get("/v1/models"), requests)}
                 first = client.get("/documents?limit=1").json()["items"][0]["document_id"]
                 row["get_document"] = timed(lambda _: client.get(f"/documents/{first}"), max(3, requests // 10))
-                row["health_forgetting"] = timed(lambda _: client.get("/health/forgetting"), 3)
+                row["health_forgetting"] = timed(lambda _: client.get("/health/forgetting"), requests)  # a page
+                row["versions"] = timed(lambda _: client.get("/versions"), requests)  # the newest page
                 row["api_rss_mb"] = round(psutil.Process(server.pid).memory_info().rss / 2**20)
                 # A worker that starts on the store (no scores saved: it scores only the learned facts its
                 # candidate may move), then one started again after it committed (it reads the scores the first

@@ -41,8 +41,12 @@ def records(documents: DocumentStore, page: int = 500) -> Iterator[dict[str, Any
 def version_findings(versions: VersionStore, manifests: dict[int, dict[str, Any]]) -> Iterator[Finding]:
     """The pointer, and each committed version's manifest, parent and delta."""
     committed = set(versions.versions())
-    if (current := versions.current()) not in committed:
-        yield Finding("pointer", f"CURRENT names version {current}, not committed",
+    try:
+        current: int | str = versions.current()
+    except ValueError:  # emptied by a crash
+        current = "nothing readable"
+    if current not in committed:
+        yield Finding("pointer", f"CURRENT names {current}, not a committed version",
                       "point it at the newest committed version (the server's start-up fallback does)")
     for version in sorted(committed - {0}):
         try:
@@ -55,10 +59,14 @@ def version_findings(versions: VersionStore, manifests: dict[int, dict[str, Any]
             yield Finding("parent_missing", f"version {version}: parent {manifest['parent']}",
                           "activate another version; this one cannot be composed")
         delta = versions.root / str(version) / manifest["delta_file"]
+        erased = "erased_in" in manifest
         if not delta.exists():
-            if "erased_in" not in manifest:
+            if not erased:
                 yield Finding("delta_missing", f"version {version}: {manifest['delta_file']}",
                               "restore the folder from a backup, or serve a version before it")
+        elif erased and "routing" in manifest:  # a crash between the manifest's scrub and the file's deletion
+            yield Finding("erasure_incomplete", f"version {version}: an erased document's delta file",
+                          "erase again (DELETE the document): the file is deleted")
         elif sha256_file(delta) != manifest["delta_sha256"]:
             yield Finding("delta_mismatch", f"version {version}: {manifest['delta_file']}",
                           "restore the folder from a backup, or serve a version before it")
@@ -121,6 +129,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--data-dir", type=Path, help="data folder (default ./data or CKL_DATA_DIR)")
     args = parser.parse_args(argv)
     settings = Settings(**({"data_dir": args.data_dir} if args.data_dir else {}))
+    if not (settings.data_dir / "versions").is_dir():  # checking would create a data folder where there is none
+        sys.exit(f"ckl fsck: {settings.data_dir} holds no data folder (no versions/)")
     findings = check(settings.data_dir, settings.database_url)
     for finding in findings:
         print(finding)

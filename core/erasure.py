@@ -52,9 +52,9 @@ def erase(documents: DocumentStore, versions: VersionStore, document_id: str, re
                 versions.empty_manifest(version)  # unreadable as before, without what it held
             continue
         if document_id in manifest["documents"] and not manifest.get("removes"):
-            if "key" in manifest:  # a per-document delta (routed): the file goes before the key that marks it
-                versions.drop_delta(version)
             versions.rewrite_manifest(version, scrubbed_manifest(manifest, removed_in))
+            if "routing" in manifest:  # a per-document delta: after the manifest that says it may be gone
+                versions.drop_delta(version)
         elif any(e.get("document_id") == document_id for e in manifest.get("replaces", [])):
             versions.rewrite_manifest(version, {**manifest,
                                                 "replaces": without_replaced(manifest["replaces"], document_id)})

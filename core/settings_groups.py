@@ -70,6 +70,8 @@ class LimitsSettings(BaseSettings):
     max_concurrent_generations: int = Field(16, gt=0, description=(
         "Generations decoded together (serving/batching.py); past this and the waiting ones, 429 with Retry-After."))
     max_waiting_generations: int = Field(64, ge=0, description="Generations admitted, waiting for a decoding row.")
+    max_generations_per_key: int = Field(32, gt=0, description=(
+        "Generations one key's owner may have running or waiting at once, with keys configured; past it, 429."))
     prefill_share: float = Field(0.1, gt=0, le=1, description=(
         "While other keys' answers decode, one key's prompts over 256 tokens take at most this share of the "
         "decoder: after such a prompt's prefill, the key's next one waits (1 / share - 1) times as long as it took "

@@ -235,8 +235,12 @@ class VersionStore:
         return next((m["version"] for m in self.lineage(version) if document_id in m["documents"]), None)
 
     def load_delta(self, version: int) -> dict[str, torch.Tensor]:
+        """A version's delta, checked against its hash; nothing for an erased document's deleted one (a server still
+        serving a version from before its removal reads it so: the document adds nothing)."""
         manifest = self.manifest(version)
         path = self.root / str(version) / manifest["delta_file"]
+        if "erased_in" in manifest and not path.exists():
+            return {}
         if sha256_file(path) != manifest["delta_sha256"]:
             raise ValueError(f"version {version}: delta file does not match its manifest hash")
         return load_file(str(path))

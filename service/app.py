@@ -38,9 +38,9 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.state.metrics = Metrics(runtime, enabled=settings.metrics)
     app.state.generations = GenerationService(runtime, app.state.metrics)
     install_error_handlers(app)
-    app.middleware("http")(measure)
     app.add_middleware(RateLimit, keys=settings.api_keys, per_s=settings.limits.requests_per_s,
                        burst=settings.limits.request_burst)
+    app.middleware("http")(measure)  # outside the rate limit: its 429s are counted and logged too
     # Added last, so outermost: the guard sees every request first.
     app.add_middleware(RequestGuard, max_body_bytes=settings.limits.max_body_bytes,
                        allowed_hosts=allowed_hosts(settings))

@@ -49,6 +49,8 @@ class GenerationService:
         # waiting for a row.
         self._admitted = threading.BoundedSemaphore(self.settings.limits.max_concurrent_generations
                                                     + self.settings.limits.max_waiting_generations)
+        self._per_key: dict[str, int] = {}  # a key's owner -> its generations admitted
+        self._per_key_lock = threading.Lock()
         self._scheduler: Scheduler | None = None
         self._scheduler_lock = threading.Lock()
         runtime.decoding = self.decoding
@@ -151,12 +153,15 @@ class GenerationService:
                 raise field_error("knowledge", "pinned_version", f"off answers with version 0, not the version "
                                                                  f"asked ({version}): ask the current one or 0")
             version = 0
-        if not self._admitted.acquire(blocking=False):  # before any work for the request: a 429 costs nothing
+        owner = caller.owner if caller else None
+        key_slot = self._key_slot(owner)  # before any work for the request: a 429 costs nothing
+        if not self._admitted.acquire(blocking=False):
+            key_slot()
             s = self.settings.limits
             raise busy(f"{s.max_concurrent_generations} generations are running and {s.max_waiting_generations} "
                        "waiting", retry_after_s=1)
         self.metrics.admitted.inc()
-        slot = Slot(self._admitted, self.metrics.admitted.dec)
+        slot = Slot(self._admitted, lambda: (self.metrics.admitted.dec(), key_slot()))
         made: InContext | None = None
         try:
             if choice.named and knowledge != "off":
@@ -172,8 +177,7 @@ class GenerationService:
 
         def decoded(prompt_ids: list[int], asked: Choice, sampling: SamplingParams = params,
                     on_retire: Callable[[], None] | None = slot.release) -> Iterator[str | Generation]:
-            return scheduler.stream(prompt_ids, sampling, version, load, on_retire, asked, cancel,
-                                    caller.owner if caller else None)
+            return scheduler.stream(prompt_ids, sampling, version, load, on_retire, asked, cancel, owner)
 
         def pieces() -> Iterator[str | Generation]:
             try:
@@ -187,6 +191,23 @@ class GenerationService:
                 slot.release()
         return Admitted(pieces(), slot, cancel)
 
+
+    def _key_slot(self, owner: str | None) -> Callable[[], None]:
+        """One of a key's generation places (429 past CKL_LIMITS_MAX_GENERATIONS_PER_KEY: one key cannot hold every
+        place, its long prompts waiting their share), and how to give it back; none is counted without keys."""
+        if owner is None:
+            return lambda: None
+        cap = self.settings.limits.max_generations_per_key
+        with self._per_key_lock:
+            if self._per_key.get(owner, 0) >= cap:
+                raise busy(f"this key has {cap} generations running or waiting", retry_after_s=1)
+            self._per_key[owner] = self._per_key.get(owner, 0) + 1
+
+        def give_back() -> None:
+            with self._per_key_lock:
+                if (left := self._per_key.pop(owner) - 1) > 0:
+                    self._per_key[owner] = left
+        return give_back
 
 Decoded = Callable[..., Iterator[str | Generation]]  # a prompt's ids and choice (and sampling, on_retire) decoded
 

@@ -1,10 +1,11 @@
-"""A request rate per key, checked before anything else is done for a request: one key sending requests as fast as
-answers come back (even ones refused at once: a 404, a 422) takes the event loop and the GIL from every other
-client. Each key's owner has a token bucket (CKL_LIMITS_REQUESTS_PER_S, CKL_LIMITS_REQUEST_BURST); a request a key
-presents that names no configured key is counted against its client's address. A request over its rate is
-answered 429 with Retry-After, and only after a pause (at most `TARPIT_S`), so that a client ignoring Retry-After
-slows itself down instead of trading refusals for answers. Not limited: a server without keys (it binds loopback
-only: one user's), and /health and /ready (what load balancers ask)."""
+"""A request rate per key, checked before any route runs (after the body guard: a body over the cap is refused
+before it costs a token). One key sending requests as fast as answers come back, even ones refused at once (a
+404, a 422), takes the event loop and the GIL from every other client. Each key's owner has a token bucket
+(CKL_LIMITS_REQUESTS_PER_S, CKL_LIMITS_REQUEST_BURST); a request whose key names no configured key is counted
+against its client's address. A request over its rate is answered 429 with Retry-After, and only after a pause
+(at most `TARPIT_S`), so that a client ignoring Retry-After slows itself down instead of trading refusals for
+answers. Not limited: a server without keys (it binds loopback only: one user's), and /health and /ready (what
+load balancers ask)."""
 from __future__ import annotations
 
 import asyncio
@@ -49,7 +50,7 @@ def caller_id(keys: list[KeyConfig], scope: Scope) -> str:
 
 
 class RateLimit:
-    """Pure ASGI, inside the RequestGuard (a body too large is refused before it costs a token)."""
+    """Pure ASGI, inside the RequestGuard and the metrics."""
 
     def __init__(self, app: ASGIApp, keys: list[KeyConfig], per_s: float, burst: int) -> None:
         self.app, self.keys, self.per_s, self.burst = app, keys, per_s, burst

@@ -3,9 +3,9 @@
 Each round, between two decoding steps, the thread retires the sequences whose client went away, admits
 waiting ones up to the running cap (the prompts admitted together that may share a forward pass are prefilled
 in one, left-padded; a prompt admitted alone is prefilled alone, so its first token is the one a lone request
-gets), and then runs one forward pass per group for all of that group's sequences. Each sequence
-keeps its own sampling parameters and seeded generator, stop strings, max_new_tokens and finish reason
-(serving/generation.py: Answer), and leaves its group as soon as it is complete.
+gets), and then runs one forward pass per group for all of that group's sequences. Each sequence keeps its own
+sampling parameters and seeded generator, stop strings, max_new_tokens and finish reason (serving/generation.py:
+Answer), and leaves its group as soon as it is complete.
 
 Groups. Most methods set the model's state for a whole forward pass (`use(version, route)`: the active adapter,
 the memory rows written), so only sequences pinned to the same knowledge version with the same routes can share
@@ -28,9 +28,9 @@ logits: the CPU's matrix kernels differ by batch size, and a padded row takes th
 how much: docs/decisions.md, Continuous batching), so a near-tie between the two best tokens could still go
 either way.
 
-Long prompts. A prefill holds every running sequence back (seconds for thousands of tokens on a CPU). While other
-senders' answers decode, a sender's prompt over `free_tokens` waits (1 / prefill_share - 1) times as long as its
-last such prefill took: a key sending long prompts takes at most that share of the decoder, and pays in waiting.
+Long prompts. A prefill holds every running sequence back (seconds for thousands of tokens on a CPU). A prompt over
+`free_tokens` is prefilled alone, and while other senders' requests decode or wait, it waits (1 / prefill_share - 1)
+times as long as its sender's last such prefill took: a key sending long prompts takes at most that share.
 
 Versions. A sequence pins its version when it is submitted and releases it when it is retired; `install`
 takes the serving lock, which every forward pass holds, so a swap lands between two steps and a running
@@ -95,12 +95,12 @@ class Group:
 FREE_PREFILL_TOKENS = 256  # a prompt this long or shorter (a question, a paragraph as context) is never held back
 
 
-def held_back(sequence: Sequence, decoding: set[str | None], free_tokens: int, until: dict[str | None, float],
+def held_back(sequence: Sequence, others: set[str | None], free_tokens: int, until: dict[str | None, float],
               now: float) -> bool:
     """Whether a waiting sequence waits another round: a long prompt whose sender's last long prefill has not been
-    paid for yet, while other senders' answers decode."""
+    paid for yet, while other senders' answers decode or wait (`others`: the senders of both)."""
     return len(sequence.prompt_ids) > free_tokens and until.get(sequence.sender, -math.inf) > now \
-        and bool(decoding - {sequence.sender})
+        and bool(others - {sequence.sender})
 
 
 class Scheduler:
@@ -109,7 +109,8 @@ class Scheduler:
         self.serving = serving
         self.max_running = max_running
         self.prefill_share, self.free_tokens = prefill_share, free_tokens
-        self._prefill_until: dict[str | None, float] = {}  # per sender: when its next long prompt may be prefilled
+        # Per sender (a configured key's owner: a bounded set), when its next long prompt may be prefilled.
+        self._prefill_until: dict[str | None, float] = {}
         self.stops = eos_ids(serving)
         self._lock = threading.Lock()  # guards _waiting and _thread
         self._waiting: deque[Sequence] = deque()
@@ -179,8 +180,9 @@ class Scheduler:
                 while (admitted := self._next_round()) is not None:
                     self._active_at = time.monotonic()
                     batches: dict[Hashable, list[Sequence]] = {}
-                    for sequence in admitted:  # admitted together, prefilled together where they may share a pass
-                        batches.setdefault(self._key(sequence), []).append(sequence)
+                    for sequence in admitted:  # prefilled together where they may share a pass, a long prompt
+                        long = len(sequence.prompt_ids) > self.free_tokens  # alone (no row padded to its length)
+                        batches.setdefault(sequence if long else self._key(sequence), []).append(sequence)
                     for batch in batches.values():
                         clock = time.monotonic()
                         self._prefill(batch)
@@ -219,14 +221,15 @@ class Scheduler:
                 self._waiting.remove(sequence)
                 self._end(sequence)  # a reader blocked on it (another thread) gets its end
             room, now = self.max_running - self.running(), time.monotonic()
-            decoding = {s.sender for group in self._groups.values() for s in group.rows}
+            others = {s.sender for group in self._groups.values() for s in group.rows} | {
+                s.sender for s in self._waiting}  # clients whose requests come back together may all be waiting
             admitted = []
             for sequence in list(self._waiting):
-                if len(admitted) == room:
-                    break
-                if not held_back(sequence, decoding, self.free_tokens, self._prefill_until, now):
+                if len(admitted) < room and not held_back(sequence, others, self.free_tokens, self._prefill_until, now):
                     self._waiting.remove(sequence)
                     admitted.append(sequence)
+                    if self.prefill_share < 1 and len(sequence.prompt_ids) > self.free_tokens:
+                        self._prefill_until[sequence.sender] = math.inf  # one a round; _charge sets the wait
             if not admitted and not self._groups:
                 self._thread = None
                 return None
@@ -238,8 +241,6 @@ class Scheduler:
         for sequence in batch:
             if self.prefill_share < 1 and len(sequence.prompt_ids) > self.free_tokens:
                 self._prefill_until[sequence.sender] = now + seconds * (1 / self.prefill_share - 1)
-        if len(self._prefill_until) > 10_000:  # senders long paid up are forgotten
-            self._prefill_until = {k: t for k, t in self._prefill_until.items() if t > now}
 
     def _key(self, sequence: Sequence) -> Hashable:
         """What sequences sharing a forward pass must share: the version, and the routes not routed per row."""

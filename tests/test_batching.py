@@ -15,7 +15,7 @@ from methods.routed.serving import Deltas
 from service.errors import ApiError
 from service.generations import GenerationService
 from service.metrics import Metrics
-from serving.batching import Scheduler, held_back
+from serving.batching import Scheduler
 from serving.generation import Generation, SamplingParams, generate, stream
 from tests.test_serving import SETTINGS, random_adapter
 
@@ -320,23 +320,3 @@ def test_decoding_counts_as_busy_while_it_runs_and_for_a_moment_after(tiny):
         assert time.monotonic() < deadline
         time.sleep(0.01)
     assert scheduler.busy(within_s=60) and not scheduler.busy(within_s=0)  # ended a moment ago
-
-
-def test_a_senders_long_prompts_wait_their_share_while_another_senders_answer_decodes(tiny):
-    """After one long prefill, a sender's next long prompt waits while another sender's answer decodes (its share
-    of the decoder is spent); with the whole decoder to share (1), it runs at once."""
-    serving = ServingModel(tiny, SETTINGS)
-    short = tiny.tokenizer("the capital of")["input_ids"]
-    long = tiny.tokenizer("the capital of france is paris and the capital of germany is berlin and")["input_ids"]
-    assert held_back(SimpleNamespace(prompt_ids=long, sender="b"), {"a"}, len(short), {"b": 10.0}, 5.0)
-    assert not held_back(SimpleNamespace(prompt_ids=long, sender="b"), {"b"}, len(short), {"b": 10.0}, 5.0)
-    assert not held_back(SimpleNamespace(prompt_ids=short, sender="b"), {"a"}, len(short), {"b": 10.0}, 5.0)
-    for share, first in ((0.001, "a"), (1.0, "second")):
-        scheduler = Scheduler(serving, max_running=8, prefill_share=share, free_tokens=len(short))
-        results: dict = {}
-        answer = consume(scheduler.stream(short, SamplingParams(60), sender="a"), results, "a")
-        until(lambda: scheduler.running() == 1)
-        consume(scheduler.stream(long, SamplingParams(2), sender="b"), results, "first").join(10)
-        second = consume(scheduler.stream(long, SamplingParams(2), sender="b"), results, "second")
-        answer.join(30), second.join(30)
-        assert list(results) == ["first", first, *({"a", "second"} - {first})], share

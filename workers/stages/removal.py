@@ -58,7 +58,7 @@ def remove(parts: Parts, parent: int, record: dict[str, Any]) -> Status:
     run.fields.update(removes=target["document_id"], replayed=replayed)
     # The target is marked (and erased) first, so a crash after the commit cannot let it be removed twice.
     # A removed document keeps its id and what happened (its status stays committed), not what it said
-    # (core/erasure.py). The version that learned it keeps its delta: activating it needs an admin's force, and
-    # asking it by name (ckl-vN) is refused.
+    # (core/erasure.py). A routed document's delta file is deleted; the version that learned it needs an admin's
+    # force to be activated (it is composed without the document), and asking it by name (ckl-vN) is refused.
     return finish(parts, run, probes=[], erasure=True, on_commit=lambda version: erasure.erase(
         documents, versions, target["document_id"], version))
