@@ -221,3 +221,17 @@ def test_a_teach_key_for_the_shared_namespace_must_be_asked_for(capsys):
                  ["--scopes", "generate"]):
         cli.main(["keys", "new", "--name", "app", *args])
         assert '"sha256"' in capsys.readouterr().out
+
+
+def test_a_keys_previews_take_at_most_their_share_of_the_decoder(tmp_path):
+    """A preview's pass over the text holds the decoder a window at a time: after one, the key's next waits its
+    share out (a 429 meanwhile); a body with probes makes none and is never held."""
+    keys = [KeyConfig(name="previewer", sha256=hash_key("key-of-previewer"), scopes=["teach"])]
+    with tiny_client(tiny_settings(tmp_path, api_keys=keys, prefill_share=0.0001)) as client:
+        headers = {"Authorization": "Bearer key-of-previewer"}
+        text = {"text": FACT["text"], "weighting": "uniform"}  # the tiny settings' oracle weighting needs probes
+        assert client.post("/documents/preview", json=text, headers=headers).status_code == 200
+        again = client.post("/documents/preview", json=text, headers=headers)
+        assert again.status_code == 429 and "share of the decoder" in again.json()["error"]["message"]
+        assert int(again.headers["retry-after"]) >= 1
+        assert client.post("/documents/preview", json=FACT, headers=headers).status_code == 200
