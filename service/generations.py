@@ -191,7 +191,6 @@ class GenerationService:
                 slot.release()
         return Admitted(pieces(), slot, cancel)
 
-
     def _key_slot(self, owner: str | None) -> Callable[[], None]:
         """One of a key's generation places (429 past CKL_LIMITS_MAX_GENERATIONS_PER_KEY: one key cannot hold every
         place, its long prompts waiting their share), and how to give it back; none is counted without keys."""
@@ -208,6 +207,7 @@ class GenerationService:
                 if (left := self._per_key.pop(owner) - 1) > 0:
                     self._per_key[owner] = left
         return give_back
+
 
 Decoded = Callable[..., Iterator[str | Generation]]  # a prompt's ids and choice (and sampling, on_retire) decoded
 
