@@ -80,12 +80,16 @@ def report(versions: VersionStore, suites: ProbeSuites, documents: DocumentStore
             "acc_now": now["nf_acc"],
         },
         "learned": {
-            "probes": len(learned_facts(versions, current)),
+            # counted once per store change: every probe of the lineage is read
+            # (docs/decisions.md: Trust, round 3, second part)
+            "probes": versions.memo(("learned_facts", current), lambda: len(learned_facts(versions, current))),
             "acc_now": now["learned_acc"],
             "unscored": now["learned_unscored"],
         },
         "must_keep": {"probes": to_json(suites.must_keep()), "acc_now": now["must_keep_acc"]},
-        "neighbours": {"probes": len(committed_neighbours(versions, current)), "acc_now": now["neighbours_acc"],
+        "neighbours": {"probes": versions.memo(("neighbours", current),
+                                               lambda: len(committed_neighbours(versions, current))),
+                       "acc_now": now["neighbours_acc"],
                        "unscored": now["neighbours_unscored"]},
         "history": rows,
         "history_before": older,  # ?before= this for the older page
