@@ -56,6 +56,7 @@ from core.served import ROUTED, Choice
 from core.state import Knowledge
 from serving import batch_cache
 from serving.generation import Answer, Generation, SamplingParams, eos_ids, sample_token, seeded
+from serving.shares import FREE_PREFILL_TOKENS, held_back, owed_wait
 
 BUSY_GAP_S = 1.0  # a pause in decoding shorter than this still counts as decoding (Scheduler.busy)
 
@@ -90,17 +91,6 @@ class Group:
     mask: torch.Tensor  # [rows, columns]: 1 on tokens, 0 on left padding
     positions: torch.Tensor  # [rows]: each row's position of its next input token
     last: torch.Tensor  # [rows]: each row's last sampled token, its next input
-
-
-FREE_PREFILL_TOKENS = 256  # a prompt this long or shorter (a question, a paragraph as context) is never held back
-
-
-def held_back(sequence: Sequence, others: set[str | None], free_tokens: int, until: dict[str | None, float],
-              now: float) -> bool:
-    """Whether a waiting sequence waits another round: a long prompt whose sender's last long prefill has not been
-    paid for yet, while other senders' answers decode or wait (`others`: the senders of both)."""
-    return len(sequence.prompt_ids) > free_tokens and until.get(sequence.sender, -math.inf) > now \
-        and bool(others - {sequence.sender})
 
 
 class Scheduler:
@@ -228,7 +218,7 @@ class Scheduler:
                 if len(admitted) < room and not held_back(sequence, others, self.free_tokens, self._prefill_until, now):
                     self._waiting.remove(sequence)
                     admitted.append(sequence)
-                    if self.prefill_share < 1 and len(sequence.prompt_ids) > self.free_tokens:
+                    if len(sequence.prompt_ids) > self.free_tokens:
                         self._prefill_until[sequence.sender] = math.inf  # one a round; _charge sets the wait
             if not admitted and not self._groups:
                 self._thread = None
@@ -239,8 +229,8 @@ class Scheduler:
         """The senders of long prompts in a prefill that took `seconds` wait (1 / share - 1) times as long."""
         now = time.monotonic()
         for sequence in batch:
-            if self.prefill_share < 1 and len(sequence.prompt_ids) > self.free_tokens:
-                self._prefill_until[sequence.sender] = now + seconds * (1 / self.prefill_share - 1)
+            if len(sequence.prompt_ids) > self.free_tokens:
+                self._prefill_until[sequence.sender] = now + owed_wait(seconds, self.prefill_share)
 
     def _key(self, sequence: Sequence) -> Hashable:
         """What sequences sharing a forward pass must share: the version, and the routes not routed per row."""

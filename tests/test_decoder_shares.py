@@ -8,8 +8,9 @@ import pytest
 from core.keys import Caller
 from core.model.served_model import ServingModel
 from service.errors import ApiError
-from serving.batching import Scheduler, held_back
+from serving.batching import Scheduler
 from serving.generation import Generation, SamplingParams
+from serving.shares import held_back
 from tests.test_batching import consume, generations_on, until, watch
 from tests.test_serving import SETTINGS
 

@@ -35,6 +35,7 @@ from service.schemas import (
 )
 from serving.forgetting import replacements
 from serving.runtime import Runtime
+from serving.shares import owed_wait
 
 router = APIRouter()
 TeachCaller = Annotated[Caller, Depends(needs("teach"))]  # each route's access rule: the key that asks
@@ -86,7 +87,7 @@ def preview_document(req: DocumentRequest, runtime: RuntimeDep, caller: TeachCal
             PREVIEWS.release()
             if caller.owner:
                 took = time.monotonic() - clock
-                PREVIEW_AFTER[caller.owner] = time.monotonic() + took * (1 / runtime.settings.limits.prefill_share - 1)
+                PREVIEW_AFTER[caller.owner] = time.monotonic() + owed_wait(took, runtime.settings.limits.prefill_share)
     return DocumentPreview(method=method, auto_probes=None if made is None else [MadeProbe(prompt=p, answer=a)
                                                                                 for p, a in made],
                            cost=cost(runtime, req.text, runtime.documents.pending_count()))
