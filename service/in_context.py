@@ -2,17 +2,19 @@
 
 A request chooses how its knowledge answers (`knowledge_as`): as weights (the routed documents' deltas, the
 default), as context (their text before the prompt, every delta off), or both: the prompt answered both ways at
-once, and the answer the model is surer of given (the mean log-probability of its first tokens; `answered_as` says
-which). The documents are those the prompt is routed to in the version it runs on (or those it names), best route
+once, and the answer the documents bear out given (its opening words are in their text), or where both or neither
+are, the one the model is surer of (the mean log-probability of its first tokens); `answered_as` says which. The documents are those the prompt is routed to in the version it runs on (or those it names), best route
 score first, as many as fit the prompt limit, at most MAX_DOCUMENTS; the answer cites them. What context costs is
 the documents' tokens: the answer's `prompt_tokens` counts them (both ways' tokens with both).
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
+from core import subjects
 from core.model.served_model import ServingModel
 from core.served import Choice
 from core.state import Knowledge
@@ -26,6 +28,7 @@ class InContext:
     ids: list[int]  # the prompt's token ids with the documents before it
     choice: Choice  # the knowledge the generation may use: routed on the prompt as sent
     documents: list[str]  # the ids of the documents put before the prompt
+    text: str = ""  # their text
 
 
 def ranked(used: list[dict]) -> list[str]:
@@ -47,7 +50,7 @@ def with_context(serving: ServingModel, ids: list[int], version: int | None, loa
     prompt = serving.tokenizer.decode(ids, skip_special_tokens=True)
     with serving.pinned(version, load) as pinned:
         used = serving.cite(pinned, prompt, serving.routes(pinned, prompt, choice))
-    texts, documents, room = [], [], max_tokens - len(ids)
+    texts, documents, read, room = [], [], [], max_tokens - len(ids)
     for document_id in ranked(used)[:MAX_DOCUMENTS]:
         if (text := text_of(document_id)) is None:
             continue
@@ -55,9 +58,10 @@ def with_context(serving: ServingModel, ids: list[int], version: int | None, loa
         if len(tokens) <= room:
             texts.append(tokens)
             documents.append(document_id)
+            read.append(text)
             room -= len(tokens)
     return InContext(joined(ids, serving.tokenizer.bos_token_id, texts), replace(choice, weights=False, route_on=prompt),
-                     documents)
+                     documents, "\n".join(read))
 
 
 Run = Callable[[list[int], Choice], Iterator[str | Generation]]
@@ -67,15 +71,44 @@ def sureness(answer: Generation) -> float:
     return float("-inf") if answer.confidence is None else answer.confidence
 
 
+WORD = re.compile(r"[^\W_][\w'’-]*[,.;:]?")
+
+
+def borne_out(answer: str, source: str) -> bool:
+    """Whether an answer's opening name or number (its first two words after any function words, to the first
+    punctuation or function word) is in the documents' words (" the Lake Tirrowen, a lake" read from a text that
+    names Lake Tirrowen): what the text says, not what the model knew before it."""
+    words = WORD.findall(answer)
+    while words and words[0].lower() in subjects.FUNCTION_WORDS:
+        words.pop(0)
+    opening = []
+    for word in words[:2]:
+        if opening and word.lower() in subjects.FUNCTION_WORDS:
+            break
+        opening.append(word.rstrip(",.;:"))
+        if word != opening[-1]:
+            break  # punctuation after it
+    said = " ".join(w.rstrip(",.;:") for w in WORD.findall(source)).lower()
+    return bool(opening) and f" {' '.join(opening).lower()} " in f" {said} "
+
+
+def context_wins(by_context: Generation, by_weights: Generation, source: str) -> bool:
+    """Whether the context's answer is given: the one the documents bear out, where one alone is; else the surer
+    (a tie goes to context)."""
+    context_read, weights_read = borne_out(by_context.text, source), borne_out(by_weights.text, source)
+    if context_read != weights_read:
+        return context_read
+    return sureness(by_context) >= sureness(by_weights)
+
+
 def surer(run: Run, as_context: InContext, ids: list[int], choice: Choice) -> Generation:
     """The prompt answered with its knowledge as context and as weights at once (`run(ids, choice)` decodes one in
-    the batch), and the answer the model is surer of: the higher mean log-probability of its first tokens
-    (Generation.confidence; a tie goes to context). Its usage counts both ways' tokens."""
+    the batch), and the answer given of the two (`context_wins`). Its usage counts both ways' tokens."""
     with ThreadPoolExecutor(2) as pool:  # both submitted before either is waited for: decoded side by side
         futures = [pool.submit(final, run(as_context.ids, as_context.choice)),
                    pool.submit(final, run(ids, choice))]
         by_context, by_weights = (future.result() for future in futures)
-    if sureness(by_context) >= sureness(by_weights):
+    if context_wins(by_context, by_weights, as_context.text):
         winner, other = by_context, by_weights
         winner.context, winner.answered_as = as_context.documents, "context"
     else:

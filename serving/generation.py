@@ -34,7 +34,7 @@ class Generation:
     used: list[dict[str, Any]] = field(default_factory=list)  # the knowledge that answered (ServingModel.cite)
     knowledge_as: str = "weights"  # how: as weights, as context, or both (service/in_context.py)
     context: list[str] = field(default_factory=list)  # the documents whose text went before the prompt
-    answered_as: str | None = None  # the way that answered ("context" or "weights"; with both, the surer)
+    answered_as: str | None = None  # the way that answered ("context" or "weights"; with both, the one given)
     # The mean log-probability of the answer's first CONFIDENCE_TOKENS tokens (None unless asked for).
     confidence: float | None = None
 

@@ -82,3 +82,15 @@ def test_training_on_made_probes_stops_once_no_more_of_them_come():
     assert not stalled([1, 2, 3])  # still coming
     assert stalled([1, 3, 3, 3]) and stalled([2, 3, 2])
     assert not stalled([3, 3])  # too early to tell
+
+
+def test_both_ways_give_the_answer_the_documents_bear_out_and_else_the_surer():
+    from service.in_context import context_wins
+    from serving.generation import Generation
+
+    source = "Gustel is the capital of Zufa. Lake Tirrowen receives the waters of the Velmarra."
+    answer = lambda text, confidence: Generation(text, 1, 1, "length", 1, confidence=confidence)
+    assert context_wins(answer(" Gustel, a city", -2.0), answer(" Paris, the", -0.1), source)  # read, not known
+    assert not context_wins(answer(" Berlin.", -0.1), answer(" the Lake Tirrowen", -3.0), source)
+    assert not context_wins(answer(" Gustel", -2.0), answer(" Lake Tirrowen", -1.0), source)  # both: the surer
+    assert context_wins(answer(" Oslo", -1.0), answer(" Rome", -1.0), source)  # neither, a tie: context

@@ -26,6 +26,8 @@ Span = tuple[int, int]
 QUANTITY = re.compile(r"[£$€]?\b\d[\d,.]*\d\b(?: (?:million|billion|thousand|hundred))?(?: (?:per cent|[a-z]{3,12}))?"
                       r"|[£$€]?\b\d\b(?: [a-z]{3,12})?")
 OPENING_DATE = re.compile(r"^(?:In|By|Since|From|On) ((?:[A-Z][a-z]+ )?(?:\d{1,2} )?(?:[A-Z][a-z]+ )?\d{3,4}),\s*")
+# The same without the comma: "Since 2015 she has toured".
+DATE_LEAD = re.compile(r"^(?:In|By|Since|From|On) (?:[A-Z][a-z]+ )?(?:\d{1,2} )?(?:[A-Z][a-z]+ )?\d{3,4},?\s+")
 PRONOUNS = {"it": "", "he": "", "she": "", "they": "", "its": "'s", "his": "'s", "her": "'s", "their": "'s"}
 PERSONAL = {"he", "she", "his", "her"}
 # A name of at most 7 words of at most 40 characters: bounded, so a long run of capitalised words costs linear time.
@@ -56,8 +58,14 @@ MOVED = re.compile(rf"(?:moved|relocated|changed|switched|renamed) (?P<det>its|t
 CHANGED = [re.compile(rf"\bfrom (?P<old>{NAME}) to {NAME}"),
            re.compile(rf"\b(?:replac(?:ed|es|ing)|succeed(?:ed|s|ing)) (?P<old>{NAME}) as\b"),
            re.compile(rf"\b(?:formerly|previously|until now) (?:known as |called |in |at )?(?P<old>{NAME})")]
+# "Her uncle, Ferenc Dallowmere, built ...": a role, then who holds it.
+OPENING_ROLE = re.compile(rf"^(?P<det>Its|His|Her|Their) (?P<role>(?:[a-z-]+ ){{0,3}}[a-z-]+), (?P<name>{NAME}),")
 # After a name that opens a sentence: an aside set off by commas, then what the sentence says of it.
 ASIDE = re.compile(r"^,[^,]{1,80},\s*")
+# An aside a reader leaves out of the question: ", a glassblower,", ", who ran as the candidate of X,".
+LOWER_ASIDE = re.compile(r", [a-z][^,;]{0,80},(?= [a-z])")
+# A name followed by one of these is not what its sentence is about ("Published in 1958, ...", "Banks of shale").
+PREPOSITIONS = frozenset({"in", "by", "at", "on", "of", "with", "for", "from", "to", "after", "before", "under"})
 COMMON = 4.0  # a word at least this frequent (Zipf) is not a person's name: "Lake", "Mount", "Foundation"
 
 
@@ -83,6 +91,9 @@ def about_subject(prompt: str, about: list[str]) -> str | None:
     """The prompt with an opening pronoun, or a description that names nothing ("The company employs"), replaced by
     the document's subject it stands for ("Its staff number" -> "Tolvane Robotics's staff number"; "her" stands for a
     person); None for a pronoun with no subject to stand for."""
+    if (lead := DATE_LEAD.match(prompt)) and lead.end() < len(prompt):  # "Since 2015 she has": the pronoun after it
+        rest = about_subject(prompt[lead.end():], about)
+        return f"{prompt[:lead.end()]}{rest}" if rest is not None else None
     first, _, rest = prompt.partition(" ")
     second, _, after = rest.partition(" ")
     if first == "The" and second.islower() and not any(w[:1].isupper() for w in after.split()):
@@ -112,6 +123,9 @@ def turned(sentence: str, about: list[str]) -> list[tuple[str, str]]:
         fitting = [name for name in about if person(name) == (match["det"] in ("his", "her"))] or about
         return fitting[0] if fitting else None
 
+    if match := OPENING_ROLE.match(sentence):  # "Her uncle, Ferenc Dallowmere, built": "The uncle of <her> is"
+        if prompt := role_prompt(match["role"], whose({"of": None, "det": match["det"].lower()}), "is"):
+            made.append((prompt, match["name"]))
     if match := ROLE_SENTENCE.match(sentence):
         if prompt := role_prompt(match["role"], whose(match), match["verb"]):
             made.append((prompt, match["name"]))
@@ -188,11 +202,51 @@ def opens(text: str, sentences: list[Span], at: int) -> bool:
     return i is not None and text[sentences[i][0]:at].strip() in ("", "The")
 
 
+def lead(text: str, sentences: list[Span], spans: list[tuple[int, int, str]]) -> str | None:
+    """The name the document's first sentence opens with (after "The", or an opening date), when no preposition
+    follows it: "Nestlé has named ...", "The Velmarra is ...", not "Published in 1958, ..."."""
+    if not sentences:
+        return None
+    begin, end = sentences[0]
+    start = begin + (match.end() if (match := DATE_LEAD.match(text[begin:end])) else 0)
+    a, b = next(((a, b) for a, b, _ in spans if a >= start), (end, end))
+    following = text[b:end].split(maxsplit=1)
+    if a >= end or text[start:a].strip() not in ("", "The") or (following and following[0] in PREPOSITIONS) \
+            or by_position(text[a:b]):
+        return None
+    return text[a:b]
+
+
+def by_position(name: str) -> bool:
+    """A name made only by its place at a sentence's start: a common past participle or plural there ("Published in
+    1958, ...", "Called the Kestrel Room, ...", "Crowds filled ..."): not what a document is about."""
+    first = name.split()[0].lower()
+    if first.endswith("ed") and len(first) > 4:
+        return subjects.familiar(first)
+    return " " not in name and first.endswith("s") and subjects.familiar(first[:-1])
+
+
+def refers_back(sentence: str, personal: bool) -> bool:
+    """Whether a sentence speaks of a subject without naming it: for a person any "she" or "his"; else an opening
+    "It", "Its" or bare description ("The company employs ...")."""
+    if personal:
+        return bool(PERSONAL & {w.lower() for w in subjects.WORD.findall(sentence)})
+    first, _, rest = sentence.partition(" ")
+    return first.lower() in PRONOUNS or (first == "The" and rest[:1].islower())
+
+
+def personal_name(name: str) -> bool:
+    """A name that reads as a person's: two or more words, none a common English one ("Ysolde Morrowvane", not
+    "Velmarra" nor "Quenwick Lantern Works")."""
+    return len(name.split()) > 1 and person(name)
+
+
 def main_subjects(text: str, sentences: list[Span], spans: list[tuple[int, int, str]]) -> list[str]:
-    """What the document is about, as written in it, most likely first: a known subject a sentence opens with
-    ("Nestlé": news about it), and the names whose words the most sentences use (each name used once: the first that
-    opens a sentence); of those, not a person where there is another ("Quenwick Lantern Works", not its founder
-    named as often)."""
+    """What the document is about, as written in it, most likely first: the names whose words the most sentences
+    use (each name used once: the first that opens a sentence), a sentence that speaks of a subject without naming
+    it ("It rises ...", "her debut album") counted for the first person's name or the first other name; of those
+    tied, the one the first sentence opens with first. A known subject that opens the first sentence ("Nestlé":
+    news about it) comes first whatever its count."""
     if not spans:
         return []
     saying: dict[str, set[int]] = {}  # each word, the sentences that use it
@@ -200,23 +254,41 @@ def main_subjects(text: str, sentences: list[Span], spans: list[tuple[int, int, 
         for word in subjects.words(text[begin:end]):
             saying.setdefault(word, set()).add(i)
     used = {written: set().union(*(saying.get(w, set()) for w in subjects.words(written)))
-            for written in dict.fromkeys(text[a:b] for a, b, _ in spans)}
+            for written in dict.fromkeys(text[a:b] for a, b, _ in spans if not by_position(text[a:b]))}
+    if not used:
+        return []
+    for personal in (True, False):
+        if first := next((name for name in used if personal_name(name) == personal), None):
+            used[first] |= {i for i, (a, b) in enumerate(sentences) if refers_back(text[a:b], personal)}
+    opener = lead(text, sentences, spans)
     most = max(len(where) for where in used.values())
-    known = [text[a:b] for a, b, _ in spans if subjects.familiar(text[a:b]) and opens(text, sentences, a)]
+    known = [opener] if opener and subjects.familiar(opener) else []
     if most < 2:
-        opening = [text[a:b] for a, b, _ in spans if opens(text, sentences, a)]
+        opening = [text[a:b] for a, b, _ in spans if opens(text, sentences, a) and text[a:b] in used]
         return list(dict.fromkeys(known + opening[:1]))
-    tied = [written for written, where in used.items() if len(where) == most]
-    return list(dict.fromkeys(known + ([w for w in tied if not person(w)] or tied)))
+    tied = sorted((written for written, where in used.items() if len(where) == most), key=lambda w: w != opener)
+    return list(dict.fromkeys(known + tied))
+
+
+def ampersands_joined(text: str, spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """Names joined by "&" as one: "Quill & Ember", "Greythorn & Vale"."""
+    joined: list[tuple[int, int, str]] = []
+    for a, b, name in spans:
+        if joined and text[joined[-1][1]:a] == " & ":
+            joined[-1] = (joined[-1][0], b, f"{joined[-1][2]} {name}")
+        else:
+            joined.append((a, b, name))
+    return joined
 
 
 def found(text: str, sentences: list[Span], spans: list[tuple[int, int, str]], weight: Callable[[int, int], float],
           min_prompt_words: int = 3) -> list[tuple[float, str, str]]:
     """(weight, prompt, answer) for every fact found: each name (not one of the document's subjects) and number a
     sentence gives, asked by the sentence up to it, and the probes its sentences give turned (`turned`)."""
+    spans = ampersands_joined(text, spans)
     about = main_subjects(text, sentences, spans)
     main = about[0] if about else None
-    subject_words = set().union(*(subjects.words(name) for name in about))
+    subject_words = subjects.words(main) if main else set()  # another name it speaks of is a fact's answer
     olds = {frozenset(subjects.words(old)) for old in old_values(text)}
     names = [(a, b) for a, b, name in spans if not set(name.split()) & subject_words
              and frozenset(subjects.words(text[a:b])) not in olds]  # what the document says is no longer so
@@ -224,14 +296,14 @@ def found(text: str, sentences: list[Span], spans: list[tuple[int, int, str]], w
     for (begin, end), its_spans, its_names in zip(sentences, by_sentence(sentences, spans),
                                                   by_sentence(sentences, names)):
         opening = [(a, b) for a, b, name in its_spans if text[begin:a].strip() in ("", "The")
-                   and not subject_words & set(name.split())]
+                   and not subject_words & set(name.split()) and not by_position(text[a:b])]
         for a, b in opening:
             if asked := question(text[a:b], text[b:end], main):
                 made.setdefault((asked, text[a:b]), weight(a, b))
         inside = list(its_names)
         inside += [(a, b) for a, b in quantities(text, begin, end) if not any(x <= a < y for x, y in inside)]
         for a, b in inside:
-            said = subjects.without_time_markers(text[begin:a].strip())
+            said = LOWER_ASIDE.sub("", subjects.without_time_markers(text[begin:a].strip()))
             if len(said.split()) >= min_prompt_words and (prompt := about_subject(said, about)):
                 made.setdefault((prompt, text[a:b].strip()), weight(a, b))
         for prompt, answer in turned(text[begin:end], about):
