@@ -1,4 +1,5 @@
 """The facts found in a document sent without probes, and what the gate and the record make of them: pure functions."""
+from core import subjects
 from core.scoring import Probe
 from core.state import LearnedFact, replaced_by
 from service.in_context import joined, ranked
@@ -94,3 +95,30 @@ def test_both_ways_give_the_answer_the_documents_bear_out_and_else_the_surer():
     assert not context_wins(answer(" Berlin.", -0.1), answer(" the Lake Tirrowen", -3.0), source)
     assert not context_wins(answer(" Gustel", -2.0), answer(" Lake Tirrowen", -1.0), source)  # both: the surer
     assert context_wins(answer(" Oslo", -1.0), answer(" Rome", -1.0), source)  # neither, a tie: context
+
+
+def test_the_subject_is_what_the_first_sentence_opens_with_and_the_others_speak_of():
+    def main(text: str) -> str:
+        return facts.main_subjects(text, examples.sentence_spans(text), subjects.name_spans(text))[0]
+
+    river = ("The Velmarra is a river in Orrisland. It rises beneath Mount Quellisk. Lake Tirrowen receives its "
+             "waters. Banks of shale line its lower course.")
+    assert main(river) == "Velmarra"  # not "Banks": capitalised by its place
+    firm = ("Ysolde Morrowvane founded Quenwick Lantern Works in 1911. Its lamps are made by hand. Quenwick's "
+            "lanterns sell abroad. Morrowvane's grandson runs the firm.")
+    assert main(firm) == "Quenwick Lantern Works"  # "Its" speaks of it, not of its founder
+    singer = ("Tavi Korrenblum was born in Oskelund. Salt Against the Window, her debut album, came out in 2009. "
+              "Since 2015 she has toured with the ensemble Quill & Ember.")
+    assert main(singer) == "Tavi Korrenblum"
+    assert ("Since 2015 Tavi Korrenblum has toured with the ensemble", "Quill & Ember") in found(singer)
+    assert ("Tavi Korrenblum was born in", "Oskelund") in found(singer.replace("Korrenblum was", "Korrenblum, a "
+                                                                               "composer, was"))  # no aside
+
+
+def test_a_probe_that_names_no_subject_is_made_to_name_it():
+    called = facts.kinds("The Velmarra is a river of 212 kilometres.", [(0, 42)], "Velmarra")
+    assert "river" in called
+    assert facts.named("Amund Pelcrest mapped the river in", "Velmarra", called) == "Amund Pelcrest mapped Velmarra in"
+    assert facts.named("Amund Pelcrest mapped it in", "Velmarra", called) == "Velmarra: Amund Pelcrest mapped it in"
+    assert facts.named("Question: Who mapped it?\nAnswer:", "Velmarra", called) == \
+        "Question: Velmarra: Who mapped it?\nAnswer:"

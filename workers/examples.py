@@ -167,8 +167,15 @@ def checkable_auto_probes(doc: Encoded, weights: list[float],
                           unreachable: Callable[[list[tuple[str, str]]], list[str]]) -> list[tuple[str, str]]:
     """The auto-probes a document is trained and gated on: those its method can route to it (`unreachable`: the
     prompts it could not; an answer is left out of a routed document's key and the key depends on all the probes, so
-    again until none is left out)."""
+    again until none is left out). A prompt that could not is first made to name the document's subject
+    (facts.named)."""
     made = auto_probes(doc, weights)
+    sentences = sentence_spans(doc.text)
+    about = facts.main_subjects(doc.text, sentences, subjects.name_spans(doc.text))
+    if about and (left_out := set(unreachable(made))):
+        called = facts.kinds(doc.text, sentences, about[0])
+        made = list(dict.fromkeys((facts.named(prompt, about[0], called) if prompt in left_out else prompt, answer)
+                                  for prompt, answer in made))
     while left_out := set(unreachable(made)):
         made = [(prompt, answer) for prompt, answer in made if prompt not in left_out]
     return made

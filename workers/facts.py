@@ -270,6 +270,33 @@ def main_subjects(text: str, sentences: list[Span], spans: list[tuple[int, int, 
     return list(dict.fromkeys(known + tied))
 
 
+# What a document calls its subject besides its name ("the firm has run ..."); with the nouns its first sentence
+# says the subject is ("Velmarra is a river of ...": "the river").
+DESCRIPTIONS = frozenset({"company", "firm", "group", "business", "city", "town", "team", "club", "project"})
+KIND = re.compile(r"\b(?:is|are|was|were) (?:a|an|the) (?P<kind>[a-z -]{1,60}?)(?= of | in | at | on | for | based |[,.;]|$)")
+
+
+def kinds(text: str, sentences: list[Span], main: str) -> frozenset[str]:
+    """The nouns the document may call its subject by: DESCRIPTIONS, the last word of what its first sentence says
+    the subject is, and its name's last word where English uses it ("Dunsaddle Ridge Observatory": "the
+    observatory")."""
+    first = text[sentences[0][0]:sentences[0][1]] if sentences else ""
+    last = main.split()[-1].lower()
+    return DESCRIPTIONS | {m["kind"].split()[-1] for m in KIND.finditer(first)} | ({last} if not person(last) else set())
+
+
+def named(prompt: str, main: str, called: frozenset[str]) -> str:
+    """A probe's prompt made to name the document's subject, as a reader's question does (one that does not is
+    neither routed to the document nor trained): a description of the subject in it ("has run the firm since")
+    replaced by its name, else the name before it ("Lisbon: Varrancho has promised to plant")."""
+    described = re.compile(rf"\b[Tt]he (?:{'|'.join(sorted(map(re.escape, called)))})\b")
+    if called and (replaced := described.sub(main, prompt, count=1)) != prompt:
+        return replaced
+    if prompt.startswith("Question: "):
+        return f"Question: {main}: {prompt.removeprefix('Question: ')}"
+    return f"{main}: {prompt}"
+
+
 def ampersands_joined(text: str, spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
     """Names joined by "&" as one: "Quill & Ember", "Greythorn & Vale"."""
     joined: list[tuple[int, int, str]] = []
