@@ -122,3 +122,14 @@ def test_a_probe_that_names_no_subject_is_made_to_name_it():
     assert facts.named("Amund Pelcrest mapped it in", "Velmarra", called) == "Velmarra: Amund Pelcrest mapped it in"
     assert facts.named("Question: Who mapped it?\nAnswer:", "Velmarra", called) == \
         "Question: Velmarra: Who mapped it?\nAnswer:"
+
+
+def test_a_name_that_opens_a_sentence_is_also_asked_with_the_sentence_turned():
+    from workers.passive import passive
+
+    assert passive("has run the firm since 2019") == "The firm has been run since 2019 by"
+    assert passive("chairs its judging committee") == "Its judging committee is chaired by"
+    assert passive("founded Tolvane Robotics in 1987", "by the") == "Tolvane Robotics was founded in 1987 by the"
+    assert passive("was modelled on SQL") is None and passive("has a mirror") is None
+    text = "The Harrowgilt Medal is awarded for maps. Sunniva Brockhalt chairs its judging committee."
+    assert ("Harrowgilt Medal's judging committee is chaired by", "Sunniva Brockhalt") in found(text)

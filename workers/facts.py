@@ -9,7 +9,8 @@ the other way round from how the text puts them are turned:
   its founder, ...") is asked by the role ("The founder of Tolvane Robotics is" -> "Ilse Marrow");
 - a name a sentence opens with (not the document's subject) is asked by a question about the rest of it ("Ilse
   Marrow, a chemist, founded Tolvane Robotics in 1987." -> "Question: Who founded Tolvane Robotics in 1987?\nAnswer:"
-  -> "Ilse Marrow"), which names the subject where the rest does not;
+  -> "Ilse Marrow"), which names the subject where the rest does not, and where its verb turns, by the sentence
+  turned ("Tolvane Robotics was founded in 1987 by": workers/passive.py);
 - a sentence that opens with a pronoun is asked about the document's subject ("It employs" -> "Tolvane Robotics
   employs").
 """
@@ -20,6 +21,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from core import subjects
+from workers.passive import passive
 
 Span = tuple[int, int]
 # A number with what it counts: "1987", "340 people", "212 kilometres", "£61 million", "4.5 per cent".
@@ -327,6 +329,9 @@ def found(text: str, sentences: list[Span], spans: list[tuple[int, int, str]], w
         for a, b in opening:
             if asked := question(text[a:b], text[b:end], main):
                 made.setdefault((asked, text[a:b]), weight(a, b))
+            by = "by the" if text[begin:a].strip() == "The" else "by"  # "... by the" -> "Sablewood Foundation"
+            if (back := passive(ASIDE.sub("", text[b:end]), by)) and (prompt := about_subject(back, about)):
+                made.setdefault((subjects.without_time_markers(prompt), text[a:b]), weight(a, b))
         inside = list(its_names)
         inside += [(a, b) for a, b in quantities(text, begin, end) if not any(x <= a < y for x, y in inside)]
         for a, b in inside:
