@@ -79,6 +79,7 @@ class VersionStore:
         self._flagged: set[int] = set()
         self._manifests: dict[int, dict[str, Any]] = {}
         self._memos: dict[Hashable, Any] = {}
+        self._lasting: dict[Hashable, Any] = {}  # what holds while no manifest is rewritten (`kept`)
 
     def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
         """`compute()`, a function of this store's contents, computed again only after the store changed."""
@@ -86,6 +87,15 @@ class VersionStore:
         if key not in self._memos:
             self._memos[key] = compute()
         return self._memos[key]
+
+    def kept(self, key: Hashable) -> Any | None:
+        """What `keep` stored under `key`, while no manifest was rewritten since (None: nothing). For what a
+        committed version's lineage gives: a new version leaves it as it was; an erasure's rewrite may not."""
+        self._check()
+        return self._lasting.get(key)
+
+    def keep(self, key: Hashable, value: Any) -> None:
+        self._lasting[key] = value
 
     def rewrites(self) -> int | None:
         """How many manifests were ever rewritten (an erasure scrubs a removed document's): what was read of a
@@ -101,7 +111,7 @@ class VersionStore:
             return
         self._stamp, self._listed, self._memos = stamp, {}, {}
         if (rewrites := read_json(self.root / REWRITTEN_FILE, 0)) != self._rewrites:
-            self._rewrites, self._manifests = rewrites, {}
+            self._rewrites, self._manifests, self._lasting = rewrites, {}, {}
 
     def current(self) -> int:
         try:

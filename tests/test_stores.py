@@ -17,7 +17,7 @@ from core.namespaces import SHARED, namespace_of, within
 from core.probes import ProbeSuites, from_json
 from core.state import committed_neighbours, same_prompt
 from core.versions import ParentMoved, UnknownVersion, VersionStore
-from serving.forgetting import newest, report
+from serving.forgetting import newest, not_learned, replacements, report
 from tests.conftest import ROOT
 from tests.database import rows
 from workers import gate, weighting
@@ -245,3 +245,22 @@ def test_the_version_list_and_the_retention_report_come_a_page_at_a_time(tmp_pat
     second = report(store, suites, records, limit=3, before=first["history_before"])
     assert [row["version"] for row in second["history"]] == [2, 3, 4] and second["history_before"] == 2
     assert second["current_version"] == 7 and second["learned"] == first["learned"]
+
+
+def test_the_replaced_and_not_learned_lists_kept_per_version_are_what_a_walk_of_its_lineage_gives(tmp_path):
+    store = VersionStore(tmp_path / "versions")
+
+    def commit(document: str, **fields) -> None:
+        manifest = {"documents": [document], "probes": [], "method": "adapter", "metrics": {}, **fields}
+        store.commit(store.current(), {"a": torch.zeros(1)}, manifest, "adapter.safetensors")
+        walked = VersionStore(tmp_path / "versions")  # nothing kept: its lists come from the whole lineage
+        for listing in (replacements, not_learned):
+            assert listing(store, store.current()) == listing(walked, walked.current()), (listing, document)
+
+    partly = [{"prompt": "Tolvane employs", "answer": "340", "learned": False}]
+    commit("d1", facts=partly)
+    commit("d2", replaces=[{"document_id": "d1", "prompt": "Tolvane is in", "answer": "Harwick"}], facts=partly)
+    commit("d3", replaces=[{"document_id": "d2", "prompt": "Tolvane is led by", "answer": "Ilse"}])
+    commit("r1", removes="d2")  # d2's replacement and its unlearned fact leave both lists
+    assert [r["replaced_by"] for r in replacements(store, 4)] == ["d3"]
+    assert [r["document_id"] for r in not_learned(store, 4)] == ["d1"]
