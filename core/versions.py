@@ -63,6 +63,9 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+LASTING = 16  # values `keep` holds: a few lists per version asked for, and a version or two before
+
+
 class VersionStore:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -94,8 +97,15 @@ class VersionStore:
         self._check()
         return self._lasting.get(key)
 
-    def keep(self, key: Hashable, value: Any) -> None:
+    def keep(self, key: Hashable, value: Any, rewrites: int | None, instead_of: Hashable | None = None) -> None:
+        """Store `value`, computed when `rewrites()` was `rewrites` (not if a manifest was rewritten since: it may
+        hold what an erasure took out), in place of what `instead_of` held; at most LASTING values."""
+        if rewrites != self._rewrites:
+            return
+        self._lasting.pop(instead_of, None)
         self._lasting[key] = value
+        while len(self._lasting) > LASTING:
+            del self._lasting[next(iter(self._lasting))]  # the oldest stored
 
     def rewrites(self) -> int | None:
         """How many manifests were ever rewritten (an erasure scrubs a removed document's): what was read of a

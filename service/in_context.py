@@ -71,31 +71,39 @@ def sureness(answer: Generation) -> float:
     return float("-inf") if answer.confidence is None else answer.confidence
 
 
-WORD = re.compile(r"[^\W_][\w'’-]*[,.;:]?")
+# A number whole ("12,500", "4.5"), or a word; the punctuation after it, if any.
+WORD = re.compile(r"(\d+(?:[.,]\d+)*|[^\W_][\w'’-]*)([,.;:!?]?)")
 
 
-def borne_out(answer: str, source: str) -> bool:
-    """Whether an answer's opening name or number (its first two words after any function words, to the first
-    punctuation or function word) is in the documents' words (" the Lake Tirrowen, a lake" read from a text that
-    names Lake Tirrowen): what the text says, not what the model knew before it."""
+def said(source: str) -> str:
+    """The documents' words, lower case, one space apart, a "|" between sentences (a name does not run across)."""
+    return " ".join(w + (" |" if p and p in ".!?" else "") for w, p in WORD.findall(source)).lower()
+
+
+def borne_out(answer: str, source_words: str) -> bool:
+    """Whether an answer opens with a name or a number (capitalised or a digit, after any function words; its first
+    two words, to the first punctuation or function word) that the documents' words (`said`) hold: " the Lake
+    Tirrowen, a lake" read from a text that names Lake Tirrowen. What the text says, not what the model knew."""
     words = WORD.findall(answer)
-    while words and words[0].lower() in subjects.FUNCTION_WORDS:
+    while words and words[0][0].lower() in subjects.FUNCTION_WORDS:
         words.pop(0)
+    if not words or not (words[0][0][:1].isupper() or words[0][0][:1].isdigit()):
+        return False
     opening = []
-    for word in words[:2]:
+    for word, punctuation in words[:2]:
         if opening and word.lower() in subjects.FUNCTION_WORDS:
             break
-        opening.append(word.rstrip(",.;:"))
-        if word != opening[-1]:
-            break  # punctuation after it
-    said = " ".join(w.rstrip(",.;:") for w in WORD.findall(source)).lower()
-    return bool(opening) and f" {' '.join(opening).lower()} " in f" {said} "
+        opening.append(word.lower())
+        if punctuation:
+            break
+    return f" {' '.join(opening)} " in f" {source_words} "
 
 
 def context_wins(by_context: Generation, by_weights: Generation, source: str) -> bool:
     """Whether the context's answer is given: the one the documents bear out, where one alone is; else the surer
     (a tie goes to context)."""
-    context_read, weights_read = borne_out(by_context.text, source), borne_out(by_weights.text, source)
+    words = said(source)
+    context_read, weights_read = borne_out(by_context.text, words), borne_out(by_weights.text, words)
     if context_read != weights_read:
         return context_read
     return sureness(by_context) >= sureness(by_weights)

@@ -115,6 +115,11 @@ def test_the_subject_is_what_the_first_sentence_opens_with_and_the_others_speak_
                                                                                "composer, was"))  # no aside
 
 
+def test_a_long_run_of_dates_before_a_pronoun_is_one_prompt_not_a_recursion():
+    text = " ".join(f"In {year}" for year in range(1000, 3000)) + " it grew."
+    assert found(text)  # each date's prompt opens with the others: not asked about the subject date by date
+
+
 def test_a_probe_that_names_no_subject_is_made_to_name_it():
     called = facts.kinds("The Velmarra is a river of 212 kilometres.", [(0, 42)], "Velmarra")
     assert "river" in called
@@ -122,6 +127,7 @@ def test_a_probe_that_names_no_subject_is_made_to_name_it():
     assert facts.named("Amund Pelcrest mapped it in", "Velmarra", called) == "Velmarra: Amund Pelcrest mapped it in"
     assert facts.named("Question: Who mapped it?\nAnswer:", "Velmarra", called) == \
         "Question: Velmarra: Who mapped it?\nAnswer:"
+    assert facts.kinds("Tavi Korrenblum is a singer.", [(0, 28)], "Tavi Korrenblum") == frozenset()  # a person
 
 
 def test_a_name_that_opens_a_sentence_is_also_asked_with_the_sentence_turned():

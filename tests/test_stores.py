@@ -264,3 +264,9 @@ def test_the_replaced_and_not_learned_lists_kept_per_version_are_what_a_walk_of_
     commit("r1", removes="d2")  # d2's replacement and its unlearned fact leave both lists
     assert [r["replaced_by"] for r in replacements(store, 4)] == ["d3"]
     assert [r["document_id"] for r in not_learned(store, 4)] == ["d1"]
+    store.activate(2)  # back to before d3: a branch from there
+    commit("d4", replaces=[{"document_id": "d1", "prompt": "Tolvane employs", "answer": "340"}])
+    assert [r["replaced_by"] for r in replacements(store, 5)] == ["d2", "d4"]
+    store.rewrite_manifest(1, {**store.manifest(1), "facts": []})  # an erasure's rewrite: nothing kept holds
+    assert not_learned(store, 5) == not_learned(VersionStore(tmp_path / "versions"), 5)
+    assert [r["document_id"] for r in not_learned(store, 5)] == ["d2"]

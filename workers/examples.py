@@ -159,7 +159,7 @@ def document_subjects(text: str, sentences: list[tuple[int, int]], spans: list[t
 
 def about_words(text: str) -> set[str]:
     """The words of the names a document is about (facts.main_subjects)."""
-    about = facts.main_subjects(text, sentence_spans(text), subjects.name_spans(text))
+    about = facts.subjects_of(text, sentence_spans(text))[1]
     return set().union(*(subjects.words(name) for name in about))
 
 
@@ -170,14 +170,16 @@ def checkable_auto_probes(doc: Encoded, weights: list[float],
     again until none is left out). A prompt that could not is first made to name the document's subject
     (facts.named)."""
     made = auto_probes(doc, weights)
-    sentences = sentence_spans(doc.text)
-    about = facts.main_subjects(doc.text, sentences, subjects.name_spans(doc.text))
-    if about and (left_out := set(unreachable(made))):
-        called = facts.kinds(doc.text, sentences, about[0])
-        made = list(dict.fromkeys((facts.named(prompt, about[0], called) if prompt in left_out else prompt, answer)
-                                  for prompt, answer in made))
-    while left_out := set(unreachable(made)):
+    if left_out := set(unreachable(made)):
+        sentences = sentence_spans(doc.text)
+        if about := facts.subjects_of(doc.text, sentences)[1]:
+            called = facts.kinds(doc.text, sentences, about[0])
+            made = list(dict.fromkeys((facts.named(prompt, about[0], called) if prompt in left_out else prompt,
+                                       answer) for prompt, answer in made))
+            left_out = set(unreachable(made))
+    while left_out:
         made = [(prompt, answer) for prompt, answer in made if prompt not in left_out]
+        left_out = set(unreachable(made))
     return made
 
 

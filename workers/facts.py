@@ -93,20 +93,20 @@ def about_subject(prompt: str, about: list[str]) -> str | None:
     """The prompt with an opening pronoun, or a description that names nothing ("The company employs"), replaced by
     the document's subject it stands for ("Its staff number" -> "Tolvane Robotics's staff number"; "her" stands for a
     person); None for a pronoun with no subject to stand for."""
+    head = ""
     if (lead := DATE_LEAD.match(prompt)) and lead.end() < len(prompt):  # "Since 2015 she has": the pronoun after it
-        rest = about_subject(prompt[lead.end():], about)
-        return f"{prompt[:lead.end()]}{rest}" if rest is not None else None
+        head, prompt = prompt[:lead.end()], prompt[lead.end():]
     first, _, rest = prompt.partition(" ")
     second, _, after = rest.partition(" ")
     if first == "The" and second.islower() and not any(w[:1].isupper() for w in after.split()):
         first, rest = "it", after  # "The company employs": a description of the subject, named nowhere else in it
     if first.lower() not in PRONOUNS:
-        return prompt
+        return head + prompt
     personal = first.lower() in PERSONAL
     fitting = [name for name in about if person(name) == personal] or about
     if not fitting:
         return None
-    return f"{fitting[0]}{PRONOUNS[first.lower()]} {rest}".strip()
+    return f"{head}{fitting[0]}{PRONOUNS[first.lower()]} {rest}".strip()
 
 
 def role_prompt(role: str, of: str | None, verb: str) -> str:
@@ -220,8 +220,9 @@ def lead(text: str, sentences: list[Span], spans: list[tuple[int, int, str]]) ->
 
 
 def by_position(name: str) -> bool:
-    """A name made only by its place at a sentence's start: a common past participle or plural there ("Published in
-    1958, ...", "Called the Kestrel Room, ...", "Crowds filled ..."): not what a document is about."""
+    """Whether a name that opens a sentence is one only by its place there: a common past participle or plural
+    ("Published in 1958, ...", "Called the Kestrel Room, ...", "Crowds filled ..."): not what a document is about.
+    Asked only of a sentence's first name ("United Nations" inside a sentence is a name)."""
     first = name.split()[0].lower()
     if first.endswith("ed") and len(first) > 4:
         return subjects.familiar(first)
@@ -230,17 +231,21 @@ def by_position(name: str) -> bool:
 
 def refers_back(sentence: str, personal: bool) -> bool:
     """Whether a sentence speaks of a subject without naming it: for a person any "she" or "his"; else an opening
-    "It", "Its" or bare description ("The company employs ...")."""
+    "It" or "Its", or a bare description ("The company employs ...")."""
     if personal:
         return bool(PERSONAL & {w.lower() for w in subjects.WORD.findall(sentence)})
     first, _, rest = sentence.partition(" ")
-    return first.lower() in PRONOUNS or (first == "The" and rest[:1].islower())
+    return first.lower() in ("it", "its") or (first == "The" and rest[:1].islower())
 
 
 def personal_name(name: str) -> bool:
-    """A name that reads as a person's: two or more words, none a common English one ("Ysolde Morrowvane", not
-    "Velmarra" nor "Quenwick Lantern Works")."""
-    return len(name.split()) > 1 and person(name)
+    """A name that reads as a person's: two to four words, each rare in English ("Ysolde Morrowvane", not "Velmarra"
+    nor "Dunsaddle Ridge Observatory")."""
+    words = subjects.WORD.findall(name.lower())
+    return 1 < len(words) <= 4 and all(subjects.weight(w) > subjects.WEIGHT_ORIGIN - PERSONAL_ZIPF for w in words)
+
+
+PERSONAL_ZIPF = 2.5  # a word English uses more often than this (Zipf) is not in a person's invented name
 
 
 def main_subjects(text: str, sentences: list[Span], spans: list[tuple[int, int, str]]) -> list[str]:
@@ -256,7 +261,8 @@ def main_subjects(text: str, sentences: list[Span], spans: list[tuple[int, int, 
         for word in subjects.words(text[begin:end]):
             saying.setdefault(word, set()).add(i)
     used = {written: set().union(*(saying.get(w, set()) for w in subjects.words(written)))
-            for written in dict.fromkeys(text[a:b] for a, b, _ in spans if not by_position(text[a:b]))}
+            for written in dict.fromkeys(text[a:b] for a, b, _ in spans
+                                         if not (opens(text, sentences, a) and by_position(text[a:b])))}
     if not used:
         return []
     for personal in (True, False):
@@ -272,27 +278,40 @@ def main_subjects(text: str, sentences: list[Span], spans: list[tuple[int, int, 
     return list(dict.fromkeys(known + tied))
 
 
-# What a document calls its subject besides its name ("the firm has run ..."); with the nouns its first sentence
-# says the subject is ("Velmarra is a river of ...": "the river").
-DESCRIPTIONS = frozenset({"company", "firm", "group", "business", "city", "town", "team", "club", "project"})
-KIND = re.compile(r"\b(?:is|are|was|were) (?:a|an|the) (?P<kind>[a-z -]{1,60}?)(?= of | in | at | on | for | based |[,.;]|$)")
+# What a document may call a subject that is not a person besides its name ("the firm has run ..."), with the
+# nouns its first sentence says the subject is ("Velmarra is a river of ...": "the river").
+DESCRIPTIONS = frozenset({"company", "firm", "group", "business"})
+KIND = re.compile(r"(?:\b(?:is|are|was|were)|,) (?:a|an|the) (?P<kind>[a-z][a-z-]*(?: [a-z-]+){0,5}?)"
+                  r"(?= of | in | at | on | for | based |[,.;]|$)")
 
 
 def kinds(text: str, sentences: list[Span], main: str) -> frozenset[str]:
-    """The nouns the document may call its subject by: DESCRIPTIONS, the last word of what its first sentence says
-    the subject is, and its name's last word where English uses it ("Dunsaddle Ridge Observatory": "the
-    observatory")."""
+    """The nouns the document may call its subject by, none for a person: DESCRIPTIONS, the last word of what its
+    first sentence says something is ("X is a river", "X, an open-source database,"), and its name's last word where
+    English uses it ("Dunsaddle Ridge Observatory": "the observatory")."""
+    if personal_name(main):
+        return frozenset()
     first = text[sentences[0][0]:sentences[0][1]] if sentences else ""
     last = main.split()[-1].lower()
-    return DESCRIPTIONS | {m["kind"].split()[-1] for m in KIND.finditer(first)} | ({last} if not person(last) else set())
+    used = subjects.weight(last) <= subjects.WEIGHT_ORIGIN - PERSONAL_ZIPF
+    return DESCRIPTIONS | {m["kind"].split()[-1] for m in KIND.finditer(first)} | ({last} if used else set())
+
+
+def described(prompt: str, main: str, called: frozenset[str]) -> str | None:
+    """The prompt with its first description of the subject ("has run the firm since") replaced by its name; None
+    where it has none."""
+    if not called:
+        return None
+    description = re.compile(rf"\b[Tt]he (?:{'|'.join(sorted(map(re.escape, called)))})\b")
+    replaced = description.sub(lambda _: main, prompt, count=1)
+    return replaced if replaced != prompt else None
 
 
 def named(prompt: str, main: str, called: frozenset[str]) -> str:
     """A probe's prompt made to name the document's subject, as a reader's question does (one that does not is
-    neither routed to the document nor trained): a description of the subject in it ("has run the firm since")
-    replaced by its name, else the name before it ("Lisbon: Varrancho has promised to plant")."""
-    described = re.compile(rf"\b[Tt]he (?:{'|'.join(sorted(map(re.escape, called)))})\b")
-    if called and (replaced := described.sub(main, prompt, count=1)) != prompt:
+    neither routed to the document nor trained): a description of the subject in it replaced by its name
+    (`described`), else the name before it ("Lisbon: Varrancho has promised to plant")."""
+    if replaced := described(prompt, main, called):
         return replaced
     if prompt.startswith("Question: "):
         return f"Question: {main}: {prompt.removeprefix('Question: ')}"
@@ -310,6 +329,12 @@ def ampersands_joined(text: str, spans: list[tuple[int, int, str]]) -> list[tupl
     return joined
 
 
+def subjects_of(text: str, sentences: list[Span]) -> tuple[list[tuple[int, int, str]], list[str]]:
+    """A document's names (those joined by "&" as one) and what it is about (`main_subjects`)."""
+    spans = ampersands_joined(text, subjects.name_spans(text))
+    return spans, main_subjects(text, sentences, spans)
+
+
 def found(text: str, sentences: list[Span], spans: list[tuple[int, int, str]], weight: Callable[[int, int], float],
           min_prompt_words: int = 3) -> list[tuple[float, str, str]]:
     """(weight, prompt, answer) for every fact found: each name (not one of the document's subjects) and number a
@@ -318,6 +343,7 @@ def found(text: str, sentences: list[Span], spans: list[tuple[int, int, str]], w
     about = main_subjects(text, sentences, spans)
     main = about[0] if about else None
     subject_words = subjects.words(main) if main else set()  # another name it speaks of is a fact's answer
+    called = kinds(text, sentences, main) if main else frozenset()
     olds = {frozenset(subjects.words(old)) for old in old_values(text)}
     names = [(a, b) for a, b, name in spans if not set(name.split()) & subject_words
              and frozenset(subjects.words(text[a:b])) not in olds]  # what the document says is no longer so
@@ -330,8 +356,11 @@ def found(text: str, sentences: list[Span], spans: list[tuple[int, int, str]], w
             if asked := question(text[a:b], text[b:end], main):
                 made.setdefault((asked, text[a:b]), weight(a, b))
             by = "by the" if text[begin:a].strip() == "The" else "by"  # "... by the" -> "Sablewood Foundation"
-            if (back := passive(ASIDE.sub("", text[b:end]), by)) and (prompt := about_subject(back, about)):
-                made.setdefault((subjects.without_time_markers(prompt), text[a:b]), weight(a, b))
+            if back := passive(ASIDE.sub("", text[b:end]), by):  # "Its committee is chaired by", "The firm has ..."
+                prompt = about_subject(back, about) if back.split()[0].lower() in PRONOUNS \
+                    else described(back, main, called) or back
+                if prompt:
+                    made.setdefault((subjects.without_time_markers(prompt), text[a:b]), weight(a, b))
         inside = list(its_names)
         inside += [(a, b) for a, b in quantities(text, begin, end) if not any(x <= a < y for x, y in inside)]
         for a, b in inside:

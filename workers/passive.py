@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+from core import subjects
+
 # Past participles that do not end in -ed, by every form a sentence may use.
 IRREGULAR = {form: participle for participle, forms in {
     "run": "run runs ran", "led": "lead leads", "built": "build builds", "made": "make makes",
@@ -15,12 +17,17 @@ IRREGULAR = {form: participle for participle, forms in {
     "found": "find finds", "kept": "keep keeps", "paid": "pay pays", "taken": "take takes took",
     "taught": "teach teaches", "brought": "bring brings", "begun": "begin begins began",
     "chosen": "choose chooses chose", "sung": "sing sings sang", "set": "sets", "shot": "shoot shoots",
-    "spent": "spend spends", "sent": "send sends", "told": "tell tells", "met": "meet meets",
-    "designed": "design designs", "known": "know knows knew", "seen": "see sees saw",
+    "spent": "spend spends", "sent": "send sends", "met": "meet meets", "known": "know knows knew",
+    "seen": "see sees saw", "left": "leave leaves", "put": "puts", "stopped": "stop stops",
 }.items() for form in [participle, *forms.split()]}
 PAST = {"ran", "led", "built", "made", "won", "held", "bought", "sold", "wrote", "drew", "gave", "found", "kept",
-        "paid", "took", "taught", "brought", "began", "chose", "sang", "set", "shot", "spent", "sent", "told", "met",
-        "knew", "saw"}
+        "paid", "took", "taught", "brought", "began", "chose", "sang", "set", "shot", "spent", "sent", "met", "knew",
+        "saw", "left", "put", "stopped"}
+# Verbs whose object is no thing done to: "remains the largest employer", "told Reuters that ...".
+UNTURNED = {"is", "was", "are", "were", "be", "been", "has", "have", "had", "will", "would", "can", "may", "remain",
+            "remains", "remained", "become", "becomes", "became", "seem", "seems", "seemed", "appear", "appears",
+            "appeared", "stay", "stays", "stayed", "do", "does", "did", "go", "goes", "went", "say", "says", "said",
+            "tell", "tells", "told"}
 # "has run | the firm | since 2019": what was done, to what, and the rest of the sentence from a preposition on.
 CLAUSE = re.compile(r"^(?P<aux>has |have |had )?(?P<verb>[a-z]+) (?P<object>(?:the|its|his|her|their|a|an) [^,;]*?"
                     r"|[A-Z][^,;]*?)(?P<rest>(?: (?:in|on|at|since|for|from|with|during|until|near|across|after|"
@@ -29,19 +36,21 @@ MAX_CLAUSE = 300  # characters: CLAUSE's lazy object costs square time in its le
 
 
 def participle(verb: str) -> str | None:
-    """ "chairs" -> "chaired", "manages" -> "managed", "founded" -> "founded", "leads" -> "led"."""
+    """ "chairs" -> "chaired", "manages" -> "managed", "founded" -> "founded", "leads" -> "led"; None for a form
+    that is no English word ("leaves" is not "leaved")."""
     if verb in IRREGULAR:
         return IRREGULAR[verb]
     if verb.endswith("ed"):
-        return verb
-    if verb.endswith("ies"):
-        return verb[:-3] + "ied"
-    if verb.endswith(("shes", "ches", "sses", "xes")):
-        return verb[:-2] + "ed"
-    if verb.endswith("s") and not verb.endswith("ss"):
-        stem = verb[:-1]
-        return stem + ("d" if stem.endswith("e") else "ed")
-    return None
+        made = verb
+    elif verb.endswith("ies"):
+        made = verb[:-3] + "ied"
+    elif verb.endswith(("shes", "ches", "sses", "xes")):
+        made = verb[:-2] + "ed"
+    elif verb.endswith("s") and not verb.endswith("ss"):
+        made = verb[:-1] + ("d" if verb[:-1].endswith("e") else "ed")
+    else:
+        return None
+    return made if subjects.familiar(made) else None
 
 
 def passive(rest: str, by: str = "by") -> str | None:
@@ -51,8 +60,7 @@ def passive(rest: str, by: str = "by") -> str | None:
     if len(rest) > MAX_CLAUSE:
         return None
     match = CLAUSE.match(rest.strip().rstrip(".!?;:"))
-    if not match or match["verb"] in {"is", "was", "are", "were", "be", "been", "has", "have", "had", "will", "would",
-                                      "can", "may"}:
+    if not match or match["verb"] in UNTURNED:
         return None
     verb, aux = match["verb"], (match["aux"] or "").strip()
     if (done := participle(verb)) is None:
