@@ -3,7 +3,7 @@ from core import subjects
 from core.scoring import Probe
 from core.state import LearnedFact, replaced_by
 from service.in_context import joined, ranked
-from workers import examples, facts, gate
+from workers import about, examples, facts, gate
 from workers.stages.commit import facts_found
 
 
@@ -99,7 +99,7 @@ def test_both_ways_give_the_answer_the_documents_bear_out_and_else_the_surer():
 
 def test_the_subject_is_what_the_first_sentence_opens_with_and_the_others_speak_of():
     def main(text: str) -> str:
-        return facts.main_subjects(text, examples.sentence_spans(text), subjects.name_spans(text))[0]
+        return about.main_subjects(text, examples.sentence_spans(text), subjects.name_spans(text))[0]
 
     river = ("The Velmarra is a river in Orrisland. It rises beneath Mount Quellisk. Lake Tirrowen receives its "
              "waters. Banks of shale line its lower course.")
@@ -121,13 +121,13 @@ def test_a_long_run_of_dates_before_a_pronoun_is_one_prompt_not_a_recursion():
 
 
 def test_a_probe_that_names_no_subject_is_made_to_name_it():
-    called = facts.kinds("The Velmarra is a river of 212 kilometres.", [(0, 42)], "Velmarra")
+    called = about.kinds("The Velmarra is a river of 212 kilometres.", [(0, 42)], "Velmarra")
     assert "river" in called
-    assert facts.named("Amund Pelcrest mapped the river in", "Velmarra", called) == "Amund Pelcrest mapped Velmarra in"
-    assert facts.named("Amund Pelcrest mapped it in", "Velmarra", called) == "Velmarra: Amund Pelcrest mapped it in"
-    assert facts.named("Question: Who mapped it?\nAnswer:", "Velmarra", called) == \
+    assert about.named("Amund Pelcrest mapped the river in", "Velmarra", called) == "Amund Pelcrest mapped Velmarra in"
+    assert about.named("Amund Pelcrest mapped it in", "Velmarra", called) == "Velmarra: Amund Pelcrest mapped it in"
+    assert about.named("Question: Who mapped it?\nAnswer:", "Velmarra", called) == \
         "Question: Velmarra: Who mapped it?\nAnswer:"
-    assert facts.kinds("Tavi Korrenblum is a singer.", [(0, 28)], "Tavi Korrenblum") == frozenset()  # a person
+    assert about.kinds("Tavi Korrenblum is a singer.", [(0, 28)], "Tavi Korrenblum") == frozenset()  # a person
 
 
 def test_a_name_that_opens_a_sentence_is_also_asked_with_the_sentence_turned():

@@ -14,7 +14,7 @@ from core import registry, routing, subjects
 from core.scoring import join_probe
 from core.settings import Settings
 from core.training import Example
-from workers import contexts, facts, weighting
+from workers import about, contexts, facts, weighting
 
 WEIGHTINGS = ("train_attention", "uniform", "oracle")
 
@@ -87,7 +87,7 @@ def auto_probes(doc: Encoded, weights: list[float], min_prompt_words: int = 3) -
     """Probes made from the document itself, for a document sent without any: the questions a reader would ask.
 
     One per fact the text gives (workers/facts.py): every name (never one of the document's subjects:
-    facts.main_subjects) and number a sentence gives, asked by the sentence up to it,
+    about.main_subjects) and number a sentence gives, asked by the sentence up to it,
     without time markers ("is now" asks "is"), and the facts a reader asks the other way round; at most MAX_FACTS,
     those phi weighs most. A document with none gets one probe: its rarest word (phi's weight breaking ties), a
     subject's only when there is no other."""
@@ -113,7 +113,7 @@ def auto_probes(doc: Encoded, weights: list[float], min_prompt_words: int = 3) -
 
     def best_per_sentence(candidates: list[tuple[int, int]], least_words: int) -> list[tuple[float, str, str]]:
         made = []
-        for (begin, end), its_own in zip(sentences, facts.by_sentence(sentences, candidates)):
+        for (begin, end), its_own in zip(sentences, about.by_sentence(sentences, candidates)):
             said = [m.start() + begin for m in re.finditer(r"\S+", doc.text[begin:end])]  # where each word starts
             inside = [(a, b) for a, b in its_own if bisect.bisect_left(said, a) >= least_words]  # words before a
             if inside:
@@ -148,7 +148,7 @@ def document_subjects(text: str, sentences: list[tuple[int, int]], spans: list[t
     found: set[str] = set()
     used_in: dict[str, set[int]] = {}
     for a, _, name in spans:
-        if (sentence := facts.sentence_of(sentences, a)) is None:
+        if (sentence := about.sentence_of(sentences, a)) is None:
             continue
         used_in.setdefault(name, set()).add(sentence)
         lead = text[sentences[sentence][0]:a].split()
@@ -158,9 +158,8 @@ def document_subjects(text: str, sentences: list[tuple[int, int]], spans: list[t
 
 
 def about_words(text: str) -> set[str]:
-    """The words of the names a document is about (facts.main_subjects)."""
-    about = facts.subjects_of(text, sentence_spans(text))[1]
-    return set().union(*(subjects.words(name) for name in about))
+    """The words of the names a document is about (about.main_subjects)."""
+    return set().union(*(subjects.words(name) for name in about.subjects_of(text, sentence_spans(text))[1]))
 
 
 def checkable_auto_probes(doc: Encoded, weights: list[float],
@@ -168,13 +167,13 @@ def checkable_auto_probes(doc: Encoded, weights: list[float],
     """The auto-probes a document is trained and gated on: those its method can route to it (`unreachable`: the
     prompts it could not; an answer is left out of a routed document's key and the key depends on all the probes, so
     again until none is left out). A prompt that could not is first made to name the document's subject
-    (facts.named)."""
+    (about.named)."""
     made = auto_probes(doc, weights)
     if left_out := set(unreachable(made)):
         sentences = sentence_spans(doc.text)
-        if about := facts.subjects_of(doc.text, sentences)[1]:
-            called = facts.kinds(doc.text, sentences, about[0])
-            made = list(dict.fromkeys((facts.named(prompt, about[0], called) if prompt in left_out else prompt,
+        if subject := about.subjects_of(doc.text, sentences)[1]:
+            called = about.kinds(doc.text, sentences, subject[0])
+            made = list(dict.fromkeys((about.named(prompt, subject[0], called) if prompt in left_out else prompt,
                                        answer) for prompt, answer in made))
             left_out = set(unreachable(made))
     while left_out:

@@ -16,11 +16,21 @@ the other way round from how the text puts them are turned:
 """
 from __future__ import annotations
 
-import bisect
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from core import subjects
+from workers.about import (
+    DATE_LEAD,
+    PERSONAL,
+    ampersands_joined,
+    by_position,
+    by_sentence,
+    described,
+    kinds,
+    main_subjects,
+    person,
+)
 from workers.passive import passive
 
 Span = tuple[int, int]
@@ -28,10 +38,7 @@ Span = tuple[int, int]
 QUANTITY = re.compile(r"[£$€]?\b\d[\d,.]*\d\b(?: (?:million|billion|thousand|hundred))?(?: (?:per cent|[a-z]{3,12}))?"
                       r"|[£$€]?\b\d\b(?: [a-z]{3,12})?")
 OPENING_DATE = re.compile(r"^(?:In|By|Since|From|On) ((?:[A-Z][a-z]+ )?(?:\d{1,2} )?(?:[A-Z][a-z]+ )?\d{3,4}),\s*")
-# The same without the comma: "Since 2015 she has toured".
-DATE_LEAD = re.compile(r"^(?:In|By|Since|From|On) (?:[A-Z][a-z]+ )?(?:\d{1,2} )?(?:[A-Z][a-z]+ )?\d{3,4},?\s+")
 PRONOUNS = {"it": "", "he": "", "she": "", "they": "", "its": "'s", "his": "'s", "her": "'s", "their": "'s"}
-PERSONAL = {"he", "she", "his", "her"}
 # A name of at most 7 words of at most 40 characters: bounded, so a long run of capitalised words costs linear time.
 NAME = r"[A-Z][\w'’.-]{0,40}(?: (?:of |the |de |& )?[A-Z][\w'’.-]{0,40}){0,6}"
 COPULA = r"(?P<verb>is|was|has been|became|remains|serves as|served as)"
@@ -66,9 +73,6 @@ OPENING_ROLE = re.compile(rf"^(?P<det>Its|His|Her|Their) (?P<role>(?:[a-z-]+ ){{
 ASIDE = re.compile(r"^,[^,]{1,80},\s*")
 # An aside a reader leaves out of the question: ", a glassblower,", ", who ran as the candidate of X,".
 LOWER_ASIDE = re.compile(r", [a-z][^,;]{0,80},(?= [a-z])")
-# A name followed by one of these is not what its sentence is about ("Published in 1958, ...", "Banks of shale").
-PREPOSITIONS = frozenset({"in", "by", "at", "on", "of", "with", "for", "from", "to", "after", "before", "under"})
-COMMON = 4.0  # a word at least this frequent (Zipf) is not a person's name: "Lake", "Mount", "Foundation"
 
 
 def old_values(text: str) -> list[str]:
@@ -175,164 +179,6 @@ def as_question(prompt: str, answer: str) -> str | None:
         return f"Question: {wh} {match['verb']} the {match['role']}?\nAnswer:"
     ending = "which year" if YEAR.match(answer) else "how many" if answer[:1].isdigit() else wh.lower()
     return f"Question: {prompt.rstrip(',:;')} {ending}?\nAnswer:"
-
-
-def person(name: str) -> bool:
-    """A name of a person, as far as its words tell: none of them a common English word."""
-    return all(subjects.weight(w) > subjects.WEIGHT_ORIGIN - COMMON for w in subjects.WORD.findall(name.lower()))
-
-
-def sentence_of(sentences: list[Span], at: int) -> int | None:
-    """The index of the sentence holding offset `at` (None: between sentences), found by bisection: the loops over a
-    document's names and its sentences stay linear in its length, not the product of the two."""
-    i = bisect.bisect_right(sentences, (at, float("inf"))) - 1
-    return i if i >= 0 and at < sentences[i][1] else None
-
-
-def by_sentence(sentences: list[Span], items: Sequence[tuple]) -> list[list[tuple]]:
-    """Each sentence's items (tuples whose first field is an offset in the text), in their order."""
-    grouped: list[list[tuple]] = [[] for _ in sentences]
-    for item in items:
-        if (i := sentence_of(sentences, item[0])) is not None:
-            grouped[i].append(item)
-    return grouped
-
-
-def opens(text: str, sentences: list[Span], at: int) -> bool:
-    """Whether a name at `at` opens one of the sentences (after "The" at most)."""
-    i = sentence_of(sentences, at)
-    return i is not None and text[sentences[i][0]:at].strip() in ("", "The")
-
-
-def lead(text: str, sentences: list[Span], spans: list[tuple[int, int, str]]) -> str | None:
-    """The name the document's first sentence opens with (after "The", or an opening date), when no preposition
-    follows it: "Nestlé has named ...", "The Velmarra is ...", not "Published in 1958, ..."."""
-    if not sentences:
-        return None
-    begin, end = sentences[0]
-    start = begin + (match.end() if (match := DATE_LEAD.match(text[begin:end])) else 0)
-    a, b = next(((a, b) for a, b, _ in spans if a >= start), (end, end))
-    following = text[b:end].split(maxsplit=1)
-    if a >= end or text[start:a].strip() not in ("", "The") or (following and following[0] in PREPOSITIONS) \
-            or by_position(text[a:b]):
-        return None
-    return text[a:b]
-
-
-def by_position(name: str) -> bool:
-    """Whether a name that opens a sentence is one only by its place there: a common past participle or plural
-    ("Published in 1958, ...", "Called the Kestrel Room, ...", "Crowds filled ..."): not what a document is about.
-    Asked only of a sentence's first name ("United Nations" inside a sentence is a name)."""
-    first = name.split()[0].lower()
-    if first.endswith("ed") and len(first) > 4:
-        return subjects.familiar(first)
-    return " " not in name and first.endswith("s") and subjects.familiar(first[:-1])
-
-
-def refers_back(sentence: str, personal: bool) -> bool:
-    """Whether a sentence speaks of a subject without naming it: for a person any "she" or "his"; else an opening
-    "It" or "Its", or a bare description ("The company employs ...")."""
-    if personal:
-        return bool(PERSONAL & {w.lower() for w in subjects.WORD.findall(sentence)})
-    first, _, rest = sentence.partition(" ")
-    return first.lower() in ("it", "its") or (first == "The" and rest[:1].islower())
-
-
-def personal_name(name: str) -> bool:
-    """A name that reads as a person's: two to four words, each rare in English ("Ysolde Morrowvane", not "Velmarra"
-    nor "Dunsaddle Ridge Observatory")."""
-    words = subjects.WORD.findall(name.lower())
-    return 1 < len(words) <= 4 and all(subjects.weight(w) > subjects.WEIGHT_ORIGIN - PERSONAL_ZIPF for w in words)
-
-
-PERSONAL_ZIPF = 2.5  # a word English uses more often than this (Zipf) is not in a person's invented name
-
-
-def main_subjects(text: str, sentences: list[Span], spans: list[tuple[int, int, str]]) -> list[str]:
-    """What the document is about, as written in it, most likely first: the names whose words the most sentences
-    use (each name used once: the first that opens a sentence), a sentence that speaks of a subject without naming
-    it ("It rises ...", "her debut album") counted for the first person's name or the first other name; of those
-    tied, the one the first sentence opens with first. A known subject that opens the first sentence ("Nestlé":
-    news about it) comes first whatever its count."""
-    if not spans:
-        return []
-    saying: dict[str, set[int]] = {}  # each word, the sentences that use it
-    for i, (begin, end) in enumerate(sentences):
-        for word in subjects.words(text[begin:end]):
-            saying.setdefault(word, set()).add(i)
-    used = {written: set().union(*(saying.get(w, set()) for w in subjects.words(written)))
-            for written in dict.fromkeys(text[a:b] for a, b, _ in spans
-                                         if not (opens(text, sentences, a) and by_position(text[a:b])))}
-    if not used:
-        return []
-    for personal in (True, False):
-        if first := next((name for name in used if personal_name(name) == personal), None):
-            used[first] |= {i for i, (a, b) in enumerate(sentences) if refers_back(text[a:b], personal)}
-    opener = lead(text, sentences, spans)
-    most = max(len(where) for where in used.values())
-    known = [opener] if opener and subjects.familiar(opener) else []
-    if most < 2:
-        opening = [text[a:b] for a, b, _ in spans if opens(text, sentences, a) and text[a:b] in used]
-        return list(dict.fromkeys(known + opening[:1]))
-    tied = sorted((written for written, where in used.items() if len(where) == most), key=lambda w: w != opener)
-    return list(dict.fromkeys(known + tied))
-
-
-# What a document may call a subject that is not a person besides its name ("the firm has run ..."), with the
-# nouns its first sentence says the subject is ("Velmarra is a river of ...": "the river").
-DESCRIPTIONS = frozenset({"company", "firm", "group", "business"})
-KIND = re.compile(r"(?:\b(?:is|are|was|were)|,) (?:a|an|the) (?P<kind>[a-z][a-z-]*(?: [a-z-]+){0,5}?)"
-                  r"(?= of | in | at | on | for | based |[,.;]|$)")
-
-
-def kinds(text: str, sentences: list[Span], main: str) -> frozenset[str]:
-    """The nouns the document may call its subject by, none for a person: DESCRIPTIONS, the last word of what its
-    first sentence says something is ("X is a river", "X, an open-source database,"), and its name's last word where
-    English uses it ("Dunsaddle Ridge Observatory": "the observatory")."""
-    if personal_name(main):
-        return frozenset()
-    first = text[sentences[0][0]:sentences[0][1]] if sentences else ""
-    last = main.split()[-1].lower()
-    used = subjects.weight(last) <= subjects.WEIGHT_ORIGIN - PERSONAL_ZIPF
-    return DESCRIPTIONS | {m["kind"].split()[-1] for m in KIND.finditer(first)} | ({last} if used else set())
-
-
-def described(prompt: str, main: str, called: frozenset[str]) -> str | None:
-    """The prompt with its first description of the subject ("has run the firm since") replaced by its name; None
-    where it has none."""
-    if not called:
-        return None
-    description = re.compile(rf"\b[Tt]he (?:{'|'.join(sorted(map(re.escape, called)))})\b")
-    replaced = description.sub(lambda _: main, prompt, count=1)
-    return replaced if replaced != prompt else None
-
-
-def named(prompt: str, main: str, called: frozenset[str]) -> str:
-    """A probe's prompt made to name the document's subject, as a reader's question does (one that does not is
-    neither routed to the document nor trained): a description of the subject in it replaced by its name
-    (`described`), else the name before it ("Lisbon: Varrancho has promised to plant")."""
-    if replaced := described(prompt, main, called):
-        return replaced
-    if prompt.startswith("Question: "):
-        return f"Question: {main}: {prompt.removeprefix('Question: ')}"
-    return f"{main}: {prompt}"
-
-
-def ampersands_joined(text: str, spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
-    """Names joined by "&" as one: "Quill & Ember", "Greythorn & Vale"."""
-    joined: list[tuple[int, int, str]] = []
-    for a, b, name in spans:
-        if joined and text[joined[-1][1]:a] == " & ":
-            joined[-1] = (joined[-1][0], b, f"{joined[-1][2]} {name}")
-        else:
-            joined.append((a, b, name))
-    return joined
-
-
-def subjects_of(text: str, sentences: list[Span]) -> tuple[list[tuple[int, int, str]], list[str]]:
-    """A document's names (those joined by "&" as one) and what it is about (`main_subjects`)."""
-    spans = ampersands_joined(text, subjects.name_spans(text))
-    return spans, main_subjects(text, sentences, spans)
 
 
 def found(text: str, sentences: list[Span], spans: list[tuple[int, int, str]], weight: Callable[[int, int], float],
