@@ -161,8 +161,10 @@ class RQQueue:
         )
         return job.id
 
-    def has_job(self, job_id: str) -> bool:
-        return any(job_id in queue.get_job_ids() for queue in self.rq_queues)
+    def job_ids(self) -> set[str]:
+        """The ids of every job waiting in the lanes, each lane read once: a loop over many documents asks this
+        once, not each lane per document."""
+        return {job_id for queue in self.rq_queues for job_id in queue.get_job_ids()}
 
     def close(self) -> None:
         self.redis.close()

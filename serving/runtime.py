@@ -155,9 +155,11 @@ class Runtime:
         worker's start re-queues what it finds unfinished; this covers the API's own crash)."""
         while not self._stop.is_set():
             try:
+                waiting: set[str] | None = None  # the lanes' job ids, read once a round when a record needs them
                 for record in self.documents.unqueued(time.time() - UNQUEUED_AFTER_S):
                     queued = job_id_for(record["document_id"], record["attempts"])
-                    if not rq.has_job(queued):  # else: queued, and the crash came before its id was written
+                    waiting = rq.job_ids() if waiting is None else waiting
+                    if queued not in waiting:  # else: queued, and the crash came before its id was written
                         log.warning("queueing document %s: its job was never queued", record["document_id"])
                         rq.enqueue(record, record["attempts"])
                     self.documents.update(record["document_id"], job_id=queued)

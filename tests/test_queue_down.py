@@ -66,7 +66,7 @@ def test_a_record_written_but_never_queued_gets_its_job_when_the_api_starts(tmp_
             assert time.monotonic() < deadline, "the orphan was never queued"
             time.sleep(0.05)
         job_id = runtime.documents.get(orphan["document_id"])["job_id"]
-        assert runtime.queue.has_job(job_id)
+        assert job_id in runtime.queue.job_ids()
         assert runtime.documents.get(fresh["document_id"])["job_id"] is None  # being queued by a live request
     finally:
         runtime.close()

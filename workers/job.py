@@ -97,9 +97,10 @@ def requeue_interrupted(settings: Settings, queue: RQQueue) -> list[str]:
     versions = VersionStore(settings.data_dir / "versions")
     requeued = []
     erase = partial(erasure.erase, documents, versions)
+    waiting = queue.job_ids()
     for record in documents.resumable(settings.job_retries, lambda doc: versions.holding(doc, versions.current()),
                                       erase):
-        if record["status"] == Status.QUEUED and record["job_id"] and queue.has_job(record["job_id"]):
+        if record["status"] == Status.QUEUED and record["job_id"] in waiting:
             continue
         job_id = queue.enqueue(record, record["attempts"] + 1)
         documents.move(record["document_id"], Status.QUEUED, job_id=job_id)
