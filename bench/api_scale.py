@@ -5,8 +5,8 @@ while the API is timed).
 
 Per n: seconds from start to ready (every version's manifest read, the current version composed), the p50/p95 of
 GET /documents?limit=50 (first and last page), POST /documents, GET /metrics, GET /v1/models, GET /documents/{id}
-(a lineage walk), GET /health/forgetting and GET /versions (their newest page of 100 versions), the server's RSS
-after them; then a real `ckl worker` started on that store, which teaches the first posted document (no probes: auto-probes, training, the gate, the
+(a lineage walk), GET /health/forgetting and GET /versions (their newest page of 100 versions), GET /documents/{id}
+and /health/forgetting each right after a new version, the server's RSS after them; then a real `ckl worker` started on that store, which teaches the first posted document (no probes: auto-probes, training, the gate, the
 commit), and, once it did, a second worker started after it, which teaches the next two (the second of them is
 the job a worker that keeps running does each time): each job's seconds from its worker's start or its last job's
 end to the document's final status (None past --worker-timeout), its timings and the worker's peak RSS; once
@@ -202,6 +202,19 @@ def timed(call, count: int) -> dict[str, float]:
     return {"p50_ms": round(1000 * percentile(seconds, 0.5), 1), "p95_ms": round(1000 * percentile(seconds, 0.95), 1)}
 
 
+def after_changes(client: httpx.Client, data: Path, document_id: str, changes: int) -> dict[str, dict[str, float]]:
+    """GET /documents/{id} and /health/forgetting, each right after a new version (committed from this process, as
+    the server sees a worker's commit): what a version change costs the next read."""
+    store, ms = VersionStore(data / "versions"), {"get_document_after_change": [], "health_forgetting_after_change": []}
+    for i in range(changes):
+        store.commit(store.current(), {"x": torch.zeros(1)}, {"documents": [f"bench-change-{i}"], "method": "routed",
+                                                              "probes": [], "key": {}}, "routed_lora.safetensors")
+        for name, path in (("get_document_after_change", f"/documents/{document_id}"),
+                           ("health_forgetting_after_change", "/health/forgetting")):
+            ms[name].append(timed(lambda _, path=path: client.get(path), 1)["p50_ms"])
+    return {name: {"p50_ms": percentile(times, 0.5), "p95_ms": percentile(times, 0.95)} for name, times in ms.items()}
+
+
 def posted(i: int) -> dict:
     """The i-th document the bench posts (its idempotency key gives its record back when posted again)."""
     return {"text": f"Brannoch{i} is a town whose mayor is now Ilse Varga {i}.", "idempotency_key": f"bench-{i}"}
@@ -244,6 +257,7 @@ def measure(n: int, models_dir: Path, requests: int, worker_timeout_s: float) ->
                 row["get_document"] = timed(lambda _: client.get(f"/documents/{first}"), max(3, requests // 10))
                 row["health_forgetting"] = timed(lambda _: client.get("/health/forgetting"), requests)  # a page
                 row["versions"] = timed(lambda _: client.get("/versions"), requests)  # the newest page
+                row.update(after_changes(client, data, first, max(3, requests // 10)))
                 row["api_rss_mb"] = round(psutil.Process(server.pid).memory_info().rss / 2**20)
                 # A worker that starts on the store (no scores saved: it scores only the learned facts its
                 # candidate may move), then one started again after it committed (it reads the scores the first
