@@ -1,7 +1,8 @@
 """`ckl bench auto-probes`: how often the probes the server makes for a document sent without any ask for what a
 reader would ask, on documents with known answers. No model: every token weighs the same, so this measures
 the rule (workers/examples.py: auto_probes) with phi's weights aside; `ckl bench teach --no-probes` measures
-it with phi.
+it with phi. `routed_facts_covered`: the facts asked by the probes the routed method keeps (each made to reach
+the document, the others left out): those it trains and gates on.
 
 Sets: bench/facts.jsonl and bench/sets/*.jsonl (their probe's and paraphrase's answers), and with --lama the
 LAMA-ckl variant rows (each descriptive sentence as a document, its object as the answer).
@@ -14,6 +15,8 @@ import re
 from pathlib import Path
 
 from bench.teach import auto_probe_quality, facts_of, same_answer
+from core import routing
+from core.settings import Settings
 from research.lama_ckl import add_data_argument
 from workers import examples
 
@@ -27,9 +30,15 @@ def encoded(text: str) -> examples.Encoded:
     return examples.Encoded(text, list(range(len(offsets))), offsets)
 
 
-def made(text: str) -> list[dict[str, str]]:
+def made(text: str, routed: bool = False) -> list[dict[str, str]]:
+    """The probes the rule makes; with `routed`, those the default (routed) method trains and gates on: each made to
+    reach the document's key (examples.checkable_auto_probes)."""
     doc = encoded(text)
-    probes = examples.auto_probes(doc, [1.0] * len(doc.ids))
+    if routed:
+        unreachable = lambda probes: routing.unreachable(text, probes, Settings().routing_threshold)  # noqa: E731
+        probes = examples.checkable_auto_probes(doc, [1.0] * len(doc.ids), unreachable)
+    else:
+        probes = examples.auto_probes(doc, [1.0] * len(doc.ids))
     return [{"prompt": prompt, "answer": answer} for prompt, answer in probes]
 
 
@@ -48,9 +57,11 @@ def measure(documents: list[dict]) -> dict:
     the hidden facts no probe asks for."""
     rows = [{"auto_probes": made(doc["text"])} for doc in documents]
     quality = auto_probe_quality(documents, rows)
+    trained = auto_probe_quality(documents, [{"auto_probes": made(doc["text"], routed=True)} for doc in documents])
     missed = [[fact["probe"]["prompt"], fact["probe"]["answer"]] for fact in facts_of(documents)
               if not any(same_answer(p, fact["probe"]) for p in rows[fact["document"]]["auto_probes"])]
     return {"documents": len(documents), **{k: v for k, v in quality.items() if k != "examples"},
+            "routed_made": trained["made"], "routed_facts_covered": trained["facts_covered"],
             "not_covered": missed[:10]}
 
 
