@@ -20,6 +20,7 @@ PERSONAL = {"he", "she", "his", "her"}
 # A name followed by one of these is not what its sentence is about ("Published in 1958, ...", "Banks of shale").
 PREPOSITIONS = frozenset({"in", "by", "at", "on", "of", "with", "for", "from", "to", "after", "before", "under"})
 COMMON = 4.0  # a word at least this frequent (Zipf) is not a person's name: "Lake", "Mount", "Foundation"
+PERSONAL_ZIPF = 2.5  # a word English uses more often than this (Zipf) is not in a person's invented name
 
 
 def person(name: str) -> bool:
@@ -88,9 +89,6 @@ def personal_name(name: str) -> bool:
     nor "Dunsaddle Ridge Observatory")."""
     words = subjects.WORD.findall(name.lower())
     return 1 < len(words) <= 4 and all(subjects.weight(w) > subjects.WEIGHT_ORIGIN - PERSONAL_ZIPF for w in words)
-
-
-PERSONAL_ZIPF = 2.5  # a word English uses more often than this (Zipf) is not in a person's invented name
 
 
 def main_subjects(text: str, sentences: list[Span], spans: list[tuple[int, int, str]]) -> list[str]:
