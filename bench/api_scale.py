@@ -3,16 +3,17 @@ default model) on a data folder whose database holds n records (a tenth rejected
 ten keys' names), its queue a real Redis with no worker (so a posted document waits there and nothing trains
 while the API is timed).
 
-Per n: seconds from start to ready (every version's manifest read, the current version composed), the p50/p95 of
-GET /documents?limit=50 (first and last page), POST /documents, GET /metrics, GET /v1/models, GET /documents/{id}
-(a lineage walk), GET /health/forgetting and GET /versions (their newest page of 100 versions), GET /documents/{id}
-and /health/forgetting each right after a new version, the server's RSS after them; then a real `ckl worker` started on that store, which teaches the first posted document (no probes: auto-probes, training, the gate, the
-commit), and, once it did, a second worker started after it, which teaches the next two (the second of them is
-the job a worker that keeps running does each time): each job's seconds from its worker's start or its last job's
-end to the document's final status (None past --worker-timeout), its timings and the worker's peak RSS; once
-the server swapped in the last commit, the milliseconds of its first one-token answer on it and of the next; the
-data folder's bytes as n distinct deltas would take them (each hard link counted); and the seconds of one
-more commit from a fresh process and of the one after it.
+Per n: seconds from start to ready (every version's manifest read, the current version composed), the p50/p95 of GET
+/documents?limit=50 (first and last page), POST /documents, GET /metrics, GET /v1/models, GET /documents/{id} (a
+lineage walk), GET /health/forgetting and GET /versions (their newest page of 100 versions), GET /documents/{id} and
+/health/forgetting each right after a new version, the server's RSS after them; then a real `ckl worker` started on
+that store, which teaches the first posted document (no probes: auto-probes, training, the gate, the commit), and,
+once it did, a second worker started after it, which teaches the next two (the second of them is the job a worker
+that keeps running does each time): each job's seconds from its worker's start or its last job's end to the
+document's final status (None past --worker-timeout), its timings and the worker's peak RSS; once the server swapped
+in the last commit, the milliseconds of its first one-token answer on it and of the next; the data folder's bytes as
+n distinct deltas would take them (each hard link counted); and the seconds of one more commit from a fresh process
+and of the one after it.
 """
 from __future__ import annotations
 

@@ -3,9 +3,10 @@
 A request chooses how its knowledge answers (`knowledge_as`): as weights (the routed documents' deltas, the
 default), as context (their text before the prompt, every delta off), or both: the prompt answered both ways at
 once, and the answer the documents bear out given (its opening words are in their text), or where both or neither
-are, the one the model is surer of (the mean log-probability of its first tokens); `answered_as` says which. The documents are those the prompt is routed to in the version it runs on (or those it names), best route
-score first, as many as fit the prompt limit, at most MAX_DOCUMENTS; the answer cites them. What context costs is
-the documents' tokens: the answer's `prompt_tokens` counts them (both ways' tokens with both).
+are, the one the model is surer of (the mean log-probability of its first tokens); `answered_as` says which. The
+documents are those the prompt is routed to in the version it runs on (or those it names), best route score first,
+as many as fit the prompt limit, at most MAX_DOCUMENTS; the answer cites them. What context costs is the documents'
+tokens: the answer's `prompt_tokens` counts them (both ways' tokens with both).
 """
 from __future__ import annotations
 
@@ -60,8 +61,8 @@ def with_context(serving: ServingModel, ids: list[int], version: int | None, loa
             documents.append(document_id)
             read.append(text)
             room -= len(tokens)
-    return InContext(joined(ids, serving.tokenizer.bos_token_id, texts), replace(choice, weights=False, route_on=prompt),
-                     documents, "\n".join(read))
+    return InContext(joined(ids, serving.tokenizer.bos_token_id, texts),
+                     replace(choice, weights=False, route_on=prompt), documents, "\n".join(read))
 
 
 Run = Callable[[list[int], Choice], Iterator[str | Generation]]
