@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from core.keys import hash_key
+from core.versions import VersionStore
 from tests.conftest import ROOT, Server, in_ci, tiny_env
 
 ARTIFACTS = ROOT / "test-artifacts" / "console"
@@ -122,6 +123,43 @@ def test_a_teach_keys_console_shows_its_own_documents_and_no_versions(tiny_model
             assert page.is_visible("#documents") and not page.is_visible("#versions")
             assert page.locator("#document-rows tr").count() == 1 and taught["bob"] not in page.content()
             page.screenshot(path=ARTIFACTS / "5-teach-key.png", full_page=True)
+            browser.close()
+    finally:
+        srv.kill()
+
+
+def test_the_versions_tab_pages_back_to_the_oldest_version_and_forward_again(tiny_model_dir, tmp_path):
+    """More versions than one page of the history (100): the newest page first, then older pages and back."""
+    import torch
+    from playwright.sync_api import sync_playwright
+
+    store = VersionStore(tmp_path / "data" / "versions")
+    for i in range(120):
+        store.commit(store.current(), {"x": torch.zeros(1)}, {"documents": [f"d{i}"], "method": "adapter",
+                                                              "probes": []}, "adapter.safetensors")
+    store.activate(0)  # the server starts on version 0: the committed ones are only listed
+    keys = [{"name": "root", "sha256": hash_key("key-root"), "scopes": ["admin"]}]
+    srv = Server(tmp_path / "data", tiny_env(tiny_model_dir, CKL_API_KEYS=json.dumps(keys))).start()
+    try:
+        srv.wait_ready(120)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+            page = browser.new_page()
+            page.goto(f"{srv.url}/console")
+            page.fill("#key", "key-root")
+            page.dispatch_event("#key", "change")
+
+            def shown(version: int) -> list[int]:
+                page.wait_for_selector(f"#version-rows tr[data-version='{version}']")
+                return [int(v) for v in page.locator("#version-rows tr").evaluate_all(
+                    "rows => rows.map(r => r.dataset.version)")]
+
+            assert shown(120) == list(range(21, 121)) and page.is_disabled("#newer")
+            page.click("#older")
+            assert shown(0) == list(range(21)) and page.is_disabled("#older")
+            assert page.locator("#version-rows tr[data-version='0']").get_attribute("class") == "current"
+            page.click("#newer")
+            assert shown(120) == list(range(21, 121)) and page.is_disabled("#newer") and page.is_enabled("#older")
             browser.close()
     finally:
         srv.kill()

@@ -70,8 +70,18 @@ function drawCurves(rows) {
   svg.innerHTML = parts.join("");
 }
 
+// The history comes a page at a time (the newest first); `pageBefore` asks for the page shown (null: the newest),
+// `newerPages` holds the `before` of each page shown before it, the way back.
+let pageBefore = null, olderBefore = null, loads = 0;
+const newerPages = [];
+
 async function loadVersions() {
-  const { body } = await api("/health/forgetting");
+  const load = ++loads;
+  const { body } = await api(pageBefore === null ? "/health/forgetting" : `/health/forgetting?before=${pageBefore}`);
+  if (load !== loads) return;  // a later load is on its way (a page asked for since): an answer to this one is stale
+  olderBefore = body.history_before;
+  $("#older").disabled = olderBefore === null;
+  $("#newer").disabled = newerPages.length === 0;
   $("#current").textContent = `current: ${body.current_version}`;
   drawCurves(body.history);
   const rows = $("#version-rows");
@@ -96,6 +106,16 @@ async function activate(version) {
   }
   await loadVersions();
 }
+
+$("#older").addEventListener("click", () => guarded(async () => {
+  newerPages.push(pageBefore);
+  pageBefore = olderBefore;
+  await loadVersions();
+}));
+$("#newer").addEventListener("click", () => guarded(async () => {
+  pageBefore = newerPages.pop() ?? null;
+  await loadVersions();
+}));
 
 $("#png").addEventListener("click", (event) => guarded(async () => {
   event.preventDefault();
