@@ -213,7 +213,8 @@ def after_changes(client: httpx.Client, data: Path, document_id: str, changes: i
         for name, path in (("get_document_after_change", f"/documents/{document_id}"),
                            ("health_forgetting_after_change", "/health/forgetting")):
             ms[name].append(timed(lambda _, path=path: client.get(path), 1)["p50_ms"])
-    return {name: {"p50_ms": percentile(times, 0.5), "p95_ms": percentile(times, 0.95)} for name, times in ms.items()}
+    return {name: {"p50_ms": percentile(times, 0.5), "p95_ms": percentile(times, 0.95), "max_ms": max(times),
+                   "changes": changes} for name, times in ms.items()}
 
 
 def posted(i: int) -> dict:

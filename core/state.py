@@ -4,10 +4,9 @@ deltas (the adapter: the last adapter; the memory: every row written, a later wr
 method: where each document's delta is stored)."""
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from core import registry
 from core.namespaces import SHARED, namespace_of, within
@@ -78,6 +77,44 @@ def learned_manifests(versions: VersionStore, version: int) -> list[dict[str, An
     return [m for m in lineage if not removed & set(m["documents"])]
 
 
+S = TypeVar("S")
+
+
+@dataclass(frozen=True)
+class Fold(Generic[S]):
+    """What a lineage gives, one manifest that counts at a time (`learned_manifests`)."""
+    name: str
+    start: Callable[[], S]  # version 0's
+    step: Callable[[S, dict[str, Any]], None]  # one manifest more, in place
+    copy: Callable[[S], S]
+    # A removed document's part taken out, in place; None: a version that removes one is walked from version 1
+    # (what the removed document did to the others' parts is not undone by taking its own out).
+    removing: Callable[[S, str], None] | None = None
+
+
+def folded(versions: VersionStore, fold: Fold[S], version: int) -> S:
+    """`fold` over `version`'s lineage, read-only. Each version's is kept until a manifest is rewritten: a new
+    version whose parent's is kept is its parent's with one step more, not a walk of every manifest of its lineage
+    (docs/decisions.md: The lineage's lists kept per version)."""
+    rewrites = versions.rewrites()
+    if (state := versions.kept((fold.name, version))) is not None:
+        return state
+    manifest = versions.manifest(version) if version else None
+    parent = (fold.name, manifest["parent"] or 0) if manifest is not None else None
+    gone = manifest.get("removes") if manifest is not None else None
+    if parent is not None and (fold.removing or not gone) and (prior := versions.kept(parent)) is not None:
+        state = fold.copy(prior)
+        if gone and fold.removing:
+            fold.removing(state, gone)
+        fold.step(state, manifest)
+    else:
+        state = fold.start()
+        for counted in learned_manifests(versions, version):
+            fold.step(state, counted)
+    versions.keep((fold.name, version), state, rewrites, instead_of=parent)
+    return state
+
+
 @dataclass(frozen=True)
 class LearnedFact:
     """A probe the learned suite checks (asked in its document's namespace), the document and version that taught
@@ -91,19 +128,57 @@ class LearnedFact:
         return self.probe.namespace
 
 
+def _learn(facts: list[LearnedFact], manifest: dict[str, Any]) -> None:
+    if retired := {(r["prompt"], r["answer"]) for r in manifest.get("replaces", [])}:  # rare: a pass over all
+        facts[:] = [f for f in facts if (f.probe.prompt, f.probe.answer) not in retired
+                    or f.namespace != namespace_of(manifest)]
+    facts += [LearnedFact(p, manifest["documents"][0], manifest["version"])
+              for p in from_json(manifest["probes"], namespace_of(manifest))]
+
+
+LEARNED: Fold[list[LearnedFact]] = Fold("learned_facts", list, _learn, list)
+
+
 def learned_facts(versions: VersionStore, version: int,
                   namespaces: frozenset[str] | None = None) -> list[LearnedFact]:
     """What the learned suite checks at `version`: every probe its lineage committed, less the documents a later
     removal took out and the facts a later document of their namespace replaced (its manifest's `replaces`). A fact
     leaves the suite only so. `namespaces`: only the facts of those (None: all)."""
-    facts: list[LearnedFact] = []
-    for manifest in learned_manifests(versions, version):
-        if retired := {(r["prompt"], r["answer"]) for r in manifest.get("replaces", [])}:  # rare: a pass over all
-            facts = [f for f in facts if (f.probe.prompt, f.probe.answer) not in retired
-                     or f.namespace != namespace_of(manifest)]
-        facts += [LearnedFact(p, manifest["documents"][0], manifest["version"])
-                  for p in from_json(manifest["probes"], namespace_of(manifest))]
-    return [f for f in facts if within(f.namespace, namespaces)]
+    return [f for f in folded(versions, LEARNED, version) if within(f.namespace, namespaces)]
+
+
+@dataclass
+class Neighbours:
+    """The neighbour prompts kept so far, numbered in the order recorded, each in its document's namespace."""
+    kept: dict[int, Probe] = field(default_factory=dict)
+    by_prompt: dict[str, list[int]] = field(default_factory=dict)  # prompt_key -> its numbers in `kept`
+    numbered: int = 0
+    own: set[str] = field(default_factory=set)  # the keys whose lists this one made: the others a copy shares
+
+    def copy(self) -> Neighbours:
+        return Neighbours(dict(self.kept), dict(self.by_prompt), self.numbered)
+
+    def step(self, manifest: dict[str, Any]) -> None:
+        namespace = namespace_of(manifest)
+        # A document asks anew the neighbours of its own namespace; a shared one, everyone's (none kept yet: nothing
+        # to ask anew, and no prompt read).
+        for asked in {prompt_key(p.prompt) for p in from_json(manifest["probes"])} if self.by_prompt else ():
+            for entry in self.by_prompt.get(asked, []):
+                if namespace in (SHARED, self.kept[entry].namespace):
+                    del self.kept[entry]
+            self.by_prompt[asked] = [entry for entry in self.by_prompt.get(asked, []) if entry in self.kept]
+            self.own.add(asked)
+        for neighbour in from_json(manifest.get("neighbours", []), namespace):
+            self.kept[self.numbered] = neighbour
+            key = prompt_key(neighbour.prompt)
+            if key not in self.own:
+                self.by_prompt[key] = [*self.by_prompt.get(key, [])]
+                self.own.add(key)
+            self.by_prompt[key].append(self.numbered)
+            self.numbered += 1
+
+
+NEIGHBOURS: Fold[Neighbours] = Fold("neighbours", Neighbours, Neighbours.step, Neighbours.copy)
 
 
 def committed_neighbours(versions: VersionStore, version: int,
@@ -111,23 +186,7 @@ def committed_neighbours(versions: VersionStore, version: int,
     """The neighbour prompts the lineage recorded (workers/neighbours.py), less those of removed documents and those a
     later document's probe asks (what it teaches there is no longer the continuation to keep); those of documents
     in `namespaces` (None: all)."""
-    kept: dict[int, Probe] = {}  # in the order recorded, each in its document's namespace
-    by_prompt: dict[str, list[int]] = {}  # a prompt (as same_prompt compares them) -> its entries in `kept`
-    numbers = itertools.count()
-    for manifest in learned_manifests(versions, version):
-        namespace = namespace_of(manifest)
-        # A document asks anew the neighbours of its own namespace; a shared one, everyone's (none kept yet: nothing
-        # to ask anew, and no prompt read).
-        for asked in {prompt_key(p.prompt) for p in from_json(manifest["probes"])} if by_prompt else ():
-            for entry in by_prompt.get(asked, []):
-                if namespace in (SHARED, kept[entry].namespace):
-                    del kept[entry]
-            by_prompt[asked] = [entry for entry in by_prompt.get(asked, []) if entry in kept]
-        for neighbour in from_json(manifest.get("neighbours", []), namespace):
-            entry = next(numbers)
-            kept[entry] = neighbour
-            by_prompt.setdefault(prompt_key(neighbour.prompt), []).append(entry)
-    return [n for n in kept.values() if within(n.namespace, namespaces)]
+    return [n for n in folded(versions, NEIGHBOURS, version).kept.values() if within(n.namespace, namespaces)]
 
 
 def superseded(replaced: list[LearnedFact], learned: list[LearnedFact]) -> list[str]:

@@ -179,11 +179,18 @@ class VersionStore:
 
     def _list(self) -> None:
         """Add the folders committed since the last look. A folder never goes away, and only one never served can
-        be flagged an orphan later, so only new folders and those not in the served list are looked into."""
-        for entry in os.scandir(self.root):
-            if (entry.name.isdigit() and (version := int(entry.name)) not in self._committed
-                    and os.path.exists(os.path.join(entry.path, MANIFEST_FILE))):
+        be flagged an orphan later, so only new folders and those not in the served list are looked into. A commit
+        numbers its folder one past the highest (renamed into place with its manifest): after the first look, only
+        the numbers above the highest seen are (not a read of every folder's name after each commit)."""
+        if self._committed:
+            version = max(self._committed) + 1
+            while os.path.exists(os.path.join(self.root, str(version), MANIFEST_FILE)):
                 self._committed.add(version)
+                version += 1
+        else:
+            for entry in os.scandir(self.root):
+                if entry.name.isdigit() and os.path.exists(os.path.join(entry.path, MANIFEST_FILE)):
+                    self._committed.add(int(entry.name))
         served = set(read_json(self._served, None) or ())
         for version in self._committed - self._flagged - served:
             if (self.root / str(version) / ORPHAN_FILE).exists():

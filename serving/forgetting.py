@@ -8,7 +8,7 @@ from typing import Any
 from core.documents import DocumentStore
 from core.lifecycle import Status
 from core.probes import ProbeSuites, to_json
-from core.state import committed_neighbours, learned_facts, learned_manifests
+from core.state import LEARNED, NEIGHBOURS, Fold, folded
 from core.versions import VersionStore
 
 
@@ -38,40 +38,43 @@ def version_row(manifest: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def along(versions: VersionStore, name: str, version: int, own: Callable[[dict[str, Any]], list[dict[str, Any]]],
-          whose: str) -> tuple[dict[str, Any], ...]:
-    """The rows `own(manifest)` gives along `version`'s lineage, less those of a document a later removal took out
-    (row[whose] names it; one document per manifest, never committed again once removed), read-only. Each
-    version's rows are kept until a manifest is rewritten: a new version whose parent's are kept is its parent's
-    rows filtered and its own added, not a walk of every manifest of its lineage (docs/decisions.md: The lineage's
-    lists kept per version)."""
-    rewrites = versions.rewrites()
-    if (rows := versions.kept((name, version))) is not None:
-        return rows
-    manifest = versions.manifest(version) if version else None
-    parent = (name, manifest["parent"]) if manifest is not None else None
-    if parent is not None and (parents := versions.kept(parent)) is not None:
-        gone = manifest.get("removes")
-        rows = (*(row for row in parents if row[whose] != gone), *own(manifest))
-    else:
-        rows = tuple(row for m in learned_manifests(versions, version) for row in own(m))
-    versions.keep((name, version), rows, rewrites, instead_of=parent)
-    return rows
+def lineage_rows(name: str, own: Callable[[dict[str, Any]], list[dict[str, Any]]], whose: str) -> Fold[list[dict]]:
+    """The rows `own(manifest)` gives along a lineage, less those of a document a later removal took out (row[whose]
+    names it; one document per manifest, never committed again once removed)."""
+    def step(rows: list[dict[str, Any]], manifest: dict[str, Any]) -> None:
+        rows.extend(own(manifest))
+
+    def removing(rows: list[dict[str, Any]], gone: str) -> None:
+        rows[:] = [row for row in rows if row[whose] != gone]
+    return Fold(name, list, step, list, removing)
+
+
+REPLACEMENTS = lineage_rows("replacements", lambda manifest: [
+    {**replaced, "replaced_by": manifest["documents"][0], "in_version": manifest["version"]}
+    for replaced in manifest.get("replaces", [])], "replaced_by")
+NOT_LEARNED = lineage_rows("not_learned", lambda manifest: [
+    {"document_id": manifest["documents"][0], "version": manifest["version"],
+     "facts": [{"prompt": f["prompt"], "answer": f["answer"]} for f in manifest["facts"] if not f["learned"]]}
+] if any(not f["learned"] for f in manifest.get("facts", [])) else [], "document_id")
 
 
 def replacements(versions: VersionStore, version: int) -> tuple[dict[str, Any], ...]:
     """Every fact a later document replaced along the lineage: which, by which document, in which version."""
-    return along(versions, "replacements", version, lambda manifest: [
-        {**replaced, "replaced_by": manifest["documents"][0], "in_version": manifest["version"]}
-        for replaced in manifest.get("replaces", [])], "replaced_by")
+    return tuple(folded(versions, REPLACEMENTS, version))
 
 
 def not_learned(versions: VersionStore, version: int) -> tuple[dict[str, Any], ...]:
     """Every document along the lineage committed partly: the facts found in it that it did not learn."""
-    return along(versions, "not_learned", version, lambda manifest: [
-        {"document_id": manifest["documents"][0], "version": manifest["version"],
-         "facts": [{"prompt": f["prompt"], "answer": f["answer"]} for f in manifest["facts"] if not f["learned"]]}
-    ] if any(not f["learned"] for f in manifest.get("facts", [])) else [], "document_id")
+    return tuple(folded(versions, NOT_LEARNED, version))
+
+
+def fold_lineage(versions: VersionStore) -> None:
+    """Fold what the retention report and a document's record read of the current version's lineage (a walk of
+    every manifest), so that the first reads after a start do not wait for it; each later version is then one step
+    from its parent's."""
+    current = versions.current()
+    for fold in (REPLACEMENTS, NOT_LEARNED, LEARNED, NEIGHBOURS):
+        folded(versions, fold, current)
 
 
 def newest(ordered: list[int], before: int | None, limit: int) -> tuple[list[int], int | None]:
@@ -100,15 +103,12 @@ def report(versions: VersionStore, suites: ProbeSuites, documents: DocumentStore
             "acc_now": now["nf_acc"],
         },
         "learned": {
-            # counted once per store change: every probe of the lineage is read
-            # (docs/decisions.md: Trust, round 3, second part)
-            "probes": versions.memo(("learned_facts", current), lambda: len(learned_facts(versions, current))),
+            "probes": len(folded(versions, LEARNED, current)),
             "acc_now": now["learned_acc"],
             "unscored": now["learned_unscored"],
         },
         "must_keep": {"probes": to_json(suites.must_keep()), "acc_now": now["must_keep_acc"]},
-        "neighbours": {"probes": versions.memo(("neighbours", current),
-                                               lambda: len(committed_neighbours(versions, current))),
+        "neighbours": {"probes": len(folded(versions, NEIGHBOURS, current).kept),
                        "acc_now": now["neighbours_acc"],
                        "unscored": now["neighbours_unscored"]},
         "history": rows,

@@ -18,6 +18,7 @@ from core.queue import VERSION_CHANNEL, InProcessQueue, JobFunction, JobQueue, R
 from core.scoring import greedy_continuations, score_probes
 from core.settings import Settings
 from core.versions import UnknownVersion, VersionStore
+from serving import forgetting
 
 log = logging.getLogger(__name__)
 # A queued record without a job older than this was left by a crash between its write and its enqueue (a live
@@ -77,6 +78,10 @@ class Runtime:
             if orphans := self.versions.reconcile():
                 log.warning("version folders never made current (a crash during a commit), flagged: %s", orphans)
             self._install_newest_good(serving)
+            try:
+                forgetting.fold_lineage(self.versions)
+            except Exception:  # a manifest it cannot read: a request that reads it reports that, not the start
+                log.exception("could not fold the current version's lineage")
             run_job = self.run_job
             assert run_job is not None, "the runtime needs the learning job (workers.job.learn_document)"
             if s.redis_url:

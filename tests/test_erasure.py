@@ -116,17 +116,18 @@ def test_an_erasure_reaches_orphaned_folders_and_is_not_stopped_by_a_cut_manifes
         assert record["status"] == second["status"] == "committed"
         root = tmp_path / "versions"
         manifest = json.loads((root / "1" / "manifest.json").read_text())
-        for version, content in ((90, json.dumps({**manifest, "version": 90}).encode()),
-                                 (91, json.dumps({**manifest, "version": 91}).encode()[:200])):
+        # Numbered as a commit numbers them: one past the highest folder.
+        for version, content in ((3, json.dumps({**manifest, "version": 3}).encode()),
+                                 (4, json.dumps({**manifest, "version": 4}).encode()[:200])):
             shutil.copytree(root / "1", root / str(version))
             (root / str(version) / "manifest.json").write_bytes(content)
-        assert record["document_id"].encode() in (root / "91" / "manifest.json").read_bytes()
+        assert record["document_id"].encode() in (root / "4" / "manifest.json").read_bytes()
         client.learner.versions.reconcile()  # flags both: never served
         removal = wait_final(client, client.delete(f"/documents/{record['document_id']}").json()["document_id"])
         assert removal["status"] == "committed", removal
         assert leftovers(tmp_path, {k: v for k, v in SECRET.items() if k != "idempotency_key"}) == []
-        assert (root / "91" / "manifest.json").read_bytes() == b""
-        assert json.loads((root / "90" / "manifest.json").read_text())["probes"] == []
+        assert (root / "4" / "manifest.json").read_bytes() == b""
+        assert json.loads((root / "3" / "manifest.json").read_text())["probes"] == []
         again = wait_final(client, client.delete(f"/documents/{second['document_id']}").json()["document_id"])
         assert again["status"] == "committed", again
     assert {f.kind for f in fsck.check(tmp_path)} == {fsck.ORPHAN}  # what the crash left, and nothing else

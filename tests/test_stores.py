@@ -15,7 +15,7 @@ from core.fileio import write_json_atomic
 from core.lifecycle import Status
 from core.namespaces import SHARED, namespace_of, within
 from core.probes import ProbeSuites, from_json
-from core.state import committed_neighbours, same_prompt
+from core.state import committed_neighbours, learned_facts, same_prompt
 from core.versions import ParentMoved, UnknownVersion, VersionStore
 from serving.forgetting import newest, not_learned, replacements, report
 from tests.conftest import ROOT
@@ -247,26 +247,56 @@ def test_the_version_list_and_the_retention_report_come_a_page_at_a_time(tmp_pat
     assert second["current_version"] == 7 and second["learned"] == first["learned"]
 
 
-def test_the_replaced_and_not_learned_lists_kept_per_version_are_what_a_walk_of_its_lineage_gives(tmp_path):
+def test_what_each_version_keeps_of_its_lineage_is_what_a_walk_of_its_lineage_gives(tmp_path):
+    """The replaced and not-learned lists, the learned facts and the neighbour prompts, each folded from the parent's
+    (core/state.py: folded), against a store that kept nothing and walks the whole lineage."""
     store = VersionStore(tmp_path / "versions")
 
-    def commit(document: str, **fields) -> None:
-        manifest = {"documents": [document], "probes": [], "method": "adapter", "metrics": {}, **fields}
+    def lists(versions: VersionStore) -> tuple:
+        current = versions.current()
+        return (replacements(versions, current), not_learned(versions, current), learned_facts(versions, current),
+                committed_neighbours(versions, current))
+
+    def commit(document: str, probes=(), neighbours=(), **fields) -> None:
+        manifest = {"documents": [document], "probes": [{"prompt": p, "answer": a} for p, a in probes],
+                    "neighbours": [{"prompt": p, "answer": a} for p, a in neighbours], "method": "adapter",
+                    "metrics": {}, **fields}
+        lists(store)  # the parent's kept
         store.commit(store.current(), {"a": torch.zeros(1)}, manifest, "adapter.safetensors")
-        walked = VersionStore(tmp_path / "versions")  # nothing kept: its lists come from the whole lineage
-        for listing in (replacements, not_learned):
-            assert listing(store, store.current()) == listing(walked, walked.current()), (listing, document)
+        assert lists(store) == lists(VersionStore(tmp_path / "versions")), document
 
     partly = [{"prompt": "Tolvane employs", "answer": "340", "learned": False}]
-    commit("d1", facts=partly)
-    commit("d2", replaces=[{"document_id": "d1", "prompt": "Tolvane is in", "answer": "Harwick"}], facts=partly)
-    commit("d3", replaces=[{"document_id": "d2", "prompt": "Tolvane is led by", "answer": "Ilse"}])
-    commit("r1", removes="d2")  # d2's replacement and its unlearned fact leave both lists
+    commit("d1", [("Tolvane is in", "Harwick")], [("Ostrel is in", "Brae")], facts=partly)
+    commit("d2", [("Tolvane is in", "Ostmark"), ("Ostrel is in", "Kell")], [("Ostrel is in", "Brae")],
+           replaces=[{"document_id": "d1", "prompt": "Tolvane is in", "answer": "Harwick"}], facts=partly)
+    commit("d3", [("Tolvane is led by", "Ilse")], [("Ostrel is in", "Brae")], namespace="tenant-a",
+           replaces=[{"document_id": "d2", "prompt": "Tolvane is led by", "answer": "Ilse"}])
+    assert [f.probe.answer for f in learned_facts(store, 3)] == ["Ostmark", "Kell", "Ilse"]
+    assert [n.namespace for n in committed_neighbours(store, 3)] == [SHARED, "tenant-a"]  # d2 asked d1's anew
+    commit("r1", removes="d2")  # d2's facts, replacement, unlearned fact and asking anew leave with it
     assert [r["replaced_by"] for r in replacements(store, 4)] == ["d3"]
     assert [r["document_id"] for r in not_learned(store, 4)] == ["d1"]
+    assert [f.probe.answer for f in learned_facts(store, 4)] == ["Harwick", "Ilse"]
     store.activate(2)  # back to before d3: a branch from there
-    commit("d4", replaces=[{"document_id": "d1", "prompt": "Tolvane employs", "answer": "340"}])
+    commit("d4", [("Ostrel is in", "Vey")], replaces=[{"document_id": "d1", "prompt": "Tolvane employs",
+                                                        "answer": "340"}])
     assert [r["replaced_by"] for r in replacements(store, 5)] == ["d2", "d4"]
     store.rewrite_manifest(1, {**store.manifest(1), "facts": []})  # an erasure's rewrite: nothing kept holds
     assert not_learned(store, 5) == not_learned(VersionStore(tmp_path / "versions"), 5)
     assert [r["document_id"] for r in not_learned(store, 5)] == ["d2"]
+
+
+def test_a_store_sees_the_versions_another_process_committed_since_it_last_looked(tmp_path):
+    """After its first look, a store looks only above the highest version it has seen (a commit numbers its folder
+    one past the highest): what another process commits in between is listed all the same."""
+    reader, writer = VersionStore(tmp_path / "versions"), VersionStore(tmp_path / "versions")
+    assert reader.versions() == [0]
+
+    def commit() -> None:
+        writer.commit(writer.current(), {"a": torch.zeros(1)}, {"documents": [f"d{writer.current()}"], "probes": [],
+                                                                "method": "adapter", "metrics": {}}, "a.safetensors")
+    commit()
+    assert reader.versions() == [0, 1]
+    commit()
+    commit()
+    assert reader.versions() == [0, 1, 2, 3] and reader.current() == 3

@@ -96,9 +96,9 @@ class Held:
 
     def lineage(self, version: int) -> Lineage:
         """The learned facts and neighbour prompts along `version`'s lineage, of the namespaces the job in hand routes
-        for: walked once per version and namespaces, not once by the commit that saves the version's scores and again
-        by the next job from it (0.9 + 0.5 s at 100,000 documents). Walked again once a manifest was rewritten (an
-        erasure scrubs a removed document's)."""
+        for: picked once per version and namespaces (of the lineage's, folded per version: core/state.py), not once
+        by the commit that saves the version's scores and again by the next job from it. Picked again once a manifest
+        was rewritten (an erasure scrubs a removed document's)."""
         walk = (version, self.reach, self.versions.rewrites())
         if self._walked is None or self._walked[0] != walk:
             self._walked = (walk, (learned_facts(self.versions, version, self.reach),
