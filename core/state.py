@@ -95,7 +95,7 @@ class Fold(Generic[S]):
 def folded(versions: VersionStore, fold: Fold[S], version: int) -> S:
     """`fold` over `version`'s lineage, read-only. Each version's is kept until a manifest is rewritten: a new
     version whose parent's is kept is its parent's with one step more, not a walk of every manifest of its lineage
-    (docs/decisions.md: The lineage's lists kept per version)."""
+    (docs/decisions.md: Every list of a lineage folded per version)."""
     rewrites = versions.rewrites()
     if (state := versions.kept((fold.name, version))) is not None:
         return state
@@ -156,6 +156,7 @@ class Neighbours:
     own: set[str] = field(default_factory=set)  # the keys whose lists this one made: the others a copy shares
 
     def copy(self) -> Neighbours:
+        self.own = set()  # its lists are shared from now on: copied before either changes one
         return Neighbours(dict(self.kept), dict(self.by_prompt), self.numbered)
 
     def step(self, manifest: dict[str, Any]) -> None:

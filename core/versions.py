@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Hashable
 from pathlib import Path
@@ -79,10 +80,12 @@ class VersionStore:
         self._rewrites: int | None = None
         self._listed: dict[bool, list[int]] = {}  # orphans included or not -> the committed folders
         self._committed: set[int] = set()  # every folder with a manifest seen so far, and those flagged orphans
+        self._gaps: set[int] = set()  # the numbers below the highest with no folder at the first look
         self._flagged: set[int] = set()
         self._manifests: dict[int, dict[str, Any]] = {}
         self._memos: dict[Hashable, Any] = {}
         self._lasting: dict[Hashable, Any] = {}  # what holds while no manifest is rewritten (`kept`)
+        self._keeping = threading.Lock()
 
     def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
         """`compute()`, a function of this store's contents, computed again only after the store changed."""
@@ -100,12 +103,13 @@ class VersionStore:
     def keep(self, key: Hashable, value: Any, rewrites: int | None, instead_of: Hashable | None = None) -> None:
         """Store `value`, computed when `rewrites()` was `rewrites` (not if a manifest was rewritten since: it may
         hold what an erasure took out), in place of what `instead_of` held; at most LASTING values."""
-        if rewrites != self._rewrites:
-            return
-        self._lasting.pop(instead_of, None)
-        self._lasting[key] = value
-        while len(self._lasting) > LASTING:
-            del self._lasting[next(iter(self._lasting))]  # the oldest stored
+        with self._keeping:  # request threads and the embedded learner keep values at once
+            if rewrites != self._rewrites:
+                return
+            self._lasting.pop(instead_of, None)
+            self._lasting[key] = value
+            while len(self._lasting) > LASTING:
+                del self._lasting[next(iter(self._lasting))]  # the oldest stored
 
     def rewrites(self) -> int | None:
         """How many manifests were ever rewritten (an erasure scrubs a removed document's): what was read of a
@@ -181,16 +185,22 @@ class VersionStore:
         """Add the folders committed since the last look. A folder never goes away, and only one never served can
         be flagged an orphan later, so only new folders and those not in the served list are looked into. A commit
         numbers its folder one past the highest (renamed into place with its manifest): after the first look, only
-        the numbers above the highest seen are (not a read of every folder's name after each commit)."""
+        the numbers above the highest seen are, and those below it the first look did not find (not a read of every
+        folder's name after each commit)."""
         if self._committed:
             version = max(self._committed) + 1
             while os.path.exists(os.path.join(self.root, str(version), MANIFEST_FILE)):
                 self._committed.add(version)
                 version += 1
+            # A folder renamed into place during the first look may have been missed by it.
+            found = {v for v in self._gaps if os.path.exists(os.path.join(self.root, str(v), MANIFEST_FILE))}
+            self._committed |= found
+            self._gaps -= found
         else:
             for entry in os.scandir(self.root):
                 if entry.name.isdigit() and os.path.exists(os.path.join(entry.path, MANIFEST_FILE)):
                     self._committed.add(int(entry.name))
+            self._gaps = set(range(1, max(self._committed, default=0))) - self._committed
         served = set(read_json(self._served, None) or ())
         for version in self._committed - self._flagged - served:
             if (self.root / str(version) / ORPHAN_FILE).exists():

@@ -113,6 +113,19 @@ def test_the_subject_is_what_the_first_sentence_opens_with_and_the_others_speak_
     assert ("Since 2015 Tavi Korrenblum has toured with the ensemble", "Quill & Ember") in found(singer)
     assert ("Tavi Korrenblum was born in", "Oskelund") in found(singer.replace("Korrenblum was", "Korrenblum, a "
                                                                                "composer, was"))  # no aside
+    # After an opening phrase: the name the phrase leads to, not a word capitalised by its place ("Laid") nor a name
+    # inside the phrase ("Kestelhorn"); "her" in a sentence that names another person is that person's.
+    garden = ("Laid out in 1714 on land given by the apothecary Jorvan Mielle, the Tessendrae Physic Garden covers 3.2 "
+              "hectares. Clothilde Barrax, known for her railway stations, designed its Palm Pavilion.")
+    assert main(garden) == "Tessendrae Physic Garden"
+    hut = ("Perched at 2,614 metres on the saddle between the Kestelhorn and Piz Marvaun, the Ulvsbrekka Hut is the "
+           "highest refuge in the range. It was built in 1931 by the Alpine Club of Sondrath.")
+    assert main(hut) == "Ulvsbrekka Hut"
+    assert ("Ulvsbrekka Hut was built in 1931 by the", "Alpine Club of Sondrath") in found(hut)
+    assert main("In the spring of 2024, the Vorland Choir moved to Essholt. Its director is Ilse Brandmoor.") == \
+        "Vorland Choir"
+    first = "Brooks Brothers, founded in 1818, named Ilse Brandmoor its chief executive, the Vorland Choir said."
+    assert about.lead(first, examples.sentence_spans(first), subjects.name_spans(first)) == "Brooks Brothers"
 
 
 def test_a_long_run_of_dates_before_a_pronoun_is_one_prompt_not_a_recursion():

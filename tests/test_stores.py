@@ -15,7 +15,7 @@ from core.fileio import write_json_atomic
 from core.lifecycle import Status
 from core.namespaces import SHARED, namespace_of, within
 from core.probes import ProbeSuites, from_json
-from core.state import committed_neighbours, learned_facts, same_prompt
+from core.state import committed_neighbours, learned_facts, learned_manifests, same_prompt
 from core.versions import ParentMoved, UnknownVersion, VersionStore
 from serving.forgetting import newest, not_learned, replacements, report
 from tests.conftest import ROOT
@@ -208,8 +208,8 @@ def quadratic_neighbours(manifests, namespaces):
 @pytest.mark.parametrize("seed", range(5))
 def test_neighbours_kept_along_a_lineage_are_those_of_the_rule_as_written(tmp_path, seed):
     """committed_neighbours keeps an index instead of passing over all kept entries per version (linear in the
-    versions, not quadratic): random lineages of three namespaces and prompts that repeat (in
-    other case) give what the rule as written gives."""
+    versions, not quadratic), each version's folded from its parent's: random lineages of three namespaces, prompts
+    that repeat (in other case), rollbacks and removals give, after every commit, what the rule as written gives."""
     rng = random.Random(seed)
     prompts = ["The mayor of Brannoch is", "The chief executive of Siemens is", "The capital of Quilor is",
                "Harvard University is located in"]
@@ -218,13 +218,19 @@ def test_neighbours_kept_along_a_lineage_are_those_of_the_rule_as_written(tmp_pa
         def probe() -> dict:
             prompt = rng.choice(prompts)
             return {"prompt": prompt.upper() if rng.random() < 0.2 else prompt, "answer": rng.choice("abc")}
+        if rng.random() < 0.1:
+            store.activate(rng.randrange(version))  # a branch from an earlier version
+        taught = [m["documents"][0] for m in learned_manifests(store, store.current()) if not m.get("removes")]
         manifest = {"documents": [f"d{version}"], "method": "routed", "namespace": rng.choice([SHARED, "a", "b"]),
                     "probes": [probe() for _ in range(rng.randint(0, 2))],
                     "neighbours": [probe() for _ in range(rng.randint(0, 3))]}
-        store.commit(version - 1, {"x": torch.zeros(1)}, manifest, "routed_lora.safetensors")
-    lineage = store.lineage(39)
-    for namespaces in (None, frozenset({SHARED, "a"}), frozenset({SHARED})):
-        assert committed_neighbours(store, 39, namespaces) == quadratic_neighbours(lineage, namespaces)
+        if taught and rng.random() < 0.1:
+            manifest = {**manifest, "probes": [], "neighbours": [], "removes": rng.choice(taught)}
+        store.commit(store.current(), {"x": torch.zeros(1)}, manifest, "routed_lora.safetensors")
+        counted = learned_manifests(store, store.current())
+        for namespaces in (None, frozenset({SHARED, "a"}), frozenset({SHARED})):
+            assert committed_neighbours(store, store.current(), namespaces) == \
+                quadratic_neighbours(counted, namespaces), (version, namespaces)
 
 
 def test_the_version_list_and_the_retention_report_come_a_page_at_a_time(tmp_path):
@@ -263,7 +269,13 @@ def test_what_each_version_keeps_of_its_lineage_is_what_a_walk_of_its_lineage_gi
                     "metrics": {}, **fields}
         lists(store)  # the parent's kept
         store.commit(store.current(), {"a": torch.zeros(1)}, manifest, "adapter.safetensors")
+        walked, lineage = [], store.lineage
+        store.lineage = lambda version: walked.append(version) or lineage(version)  # counts the walks
         assert lists(store) == lists(VersionStore(tmp_path / "versions")), document
+        del store.lineage
+        # A new version's lists are its parent's with one step more; a removal's learned facts and neighbours are
+        # walked (what the removed document replaced comes back).
+        assert len(walked) == (2 if "removes" in fields else 0), (document, walked)
 
     partly = [{"prompt": "Tolvane employs", "answer": "340", "learned": False}]
     commit("d1", [("Tolvane is in", "Harwick")], [("Ostrel is in", "Brae")], facts=partly)
@@ -300,3 +312,9 @@ def test_a_store_sees_the_versions_another_process_committed_since_it_last_looke
     commit()
     commit()
     assert reader.versions() == [0, 1, 2, 3] and reader.current() == 3
+    # A folder renamed into place while a first look read the names, and missed by it, is found by the next.
+    late = VersionStore(tmp_path / "versions")
+    (tmp_path / "versions" / "2").rename(tmp_path / "versions" / ".moved")
+    assert late.versions() == [0, 1, 3]
+    (tmp_path / "versions" / ".moved").rename(tmp_path / "versions" / "2")
+    assert late.versions() == [0, 1, 2, 3]

@@ -1,8 +1,9 @@
 """What a document is about, as written in it: pure functions over its text and its names (core/subjects.py).
 
-The subject is the name its first sentence opens with, unless a preposition follows it, or the name more of its
-sentences speak of (a sentence that says "It", "its" or "she" counted for it); a word capitalised only by its place
-at a sentence's start is never one. A reader's prompt names the subject, so a made probe's prompt that does not is
+The subject is the name its first sentence opens with (after an opening phrase: "Built in 1931 on the ridge, the
+Ulvsbrekka Hut ..."), unless a preposition follows it, or the name more of its sentences speak of (a sentence that
+says "It", "its" or "she" counted for the name the text opens with, else the first); a word capitalised only by its
+place at a sentence's start is never one. A reader's prompt names the subject, so a made probe's prompt that does not is
 made to (`named`), by the nouns the document may call it by (`kinds`).
 """
 from __future__ import annotations
@@ -12,6 +13,7 @@ import re
 from collections.abc import Sequence
 
 from core import subjects
+from workers.passive import IRREGULAR
 
 Span = tuple[int, int]
 # An opening date, comma or not: "Since 2015 she has toured", "In 1987, Ilse Marrow founded".
@@ -19,7 +21,13 @@ DATE_LEAD = re.compile(r"^(?:In|By|Since|From|On) (?:[A-Z][a-z]+ )?(?:\d{1,2} )?
 PERSONAL = {"he", "she", "his", "her"}
 # A name followed by one of these is not what its sentence is about ("Published in 1958, ...", "Banks of shale").
 PREPOSITIONS = frozenset({"in", "by", "at", "on", "of", "with", "for", "from", "to", "after", "before", "under"})
+# An opening phrase before the subject: "Perched at 2,614 metres on the saddle, the Ulvsbrekka Hut is ...", "Laid out
+# in 1714 on land given by ..., the Tessendrae Physic Garden covers ...", "At 12 years, Oriane Vashkeldt became ...":
+# its first word, then up to the first comma (not one inside a number), then "the" at most.
+OPENING = re.compile(r"^(?P<first>[A-Z][a-z]+)\b(?:[^,;.]|[,.](?=\d))*?, (?:the )?")
+OPENERS = PREPOSITIONS | {"between", "near", "during", "despite", "along", "beside", "across", "within", "since"}
 COMMON = 4.0  # a word at least this frequent (Zipf) is not a person's name: "Lake", "Mount", "Foundation"
+FUNCTION_ZIPF = 6.0  # a word English uses more often than this (Zipf) is a function word: "the", "of", "and"
 PERSONAL_ZIPF = 2.5  # a word English uses more often than this (Zipf) is not in a person's invented name
 
 
@@ -51,12 +59,19 @@ def opens(text: str, sentences: list[Span], at: int) -> bool:
 
 
 def lead(text: str, sentences: list[Span], spans: list[tuple[int, int, str]]) -> str | None:
-    """The name the document's first sentence opens with (after "The", or an opening date), when no preposition
-    follows it: "Nestlé has named ...", "The Velmarra is ...", not "Published in 1958, ..."."""
+    """The name the document's first sentence opens with (after "The", an opening date, or an opening phrase: "Laid
+    out in 1714 ..., the Tessendrae Physic Garden covers"), when no preposition follows it: "Nestlé has named ...",
+    "The Velmarra is ...", not "Published in 1958, ..."."""
     if not sentences:
         return None
     begin, end = sentences[0]
     start = begin + (match.end() if (match := DATE_LEAD.match(text[begin:end])) else 0)
+    # A phrase opens with a preposition or with a word capitalised by its place, not with a name ("Brooks Brothers,
+    # founded in 1818, ...").
+    if (opening := OPENING.match(text[start:end])) and \
+            next((text[a:b] for a, b, _ in spans if a == start), "") in ("", opening["first"]) and \
+            (opening["first"].lower() in OPENERS or by_position(opening["first"])):
+        start += opening.end()
     a, b = next(((a, b) for a, b, _ in spans if a >= start), (end, end))
     following = text[b:end].split(maxsplit=1)
     if a >= end or text[start:a].strip() not in ("", "The") or (following and following[0] in PREPOSITIONS) \
@@ -67,9 +82,11 @@ def lead(text: str, sentences: list[Span], spans: list[tuple[int, int, str]]) ->
 
 def by_position(name: str) -> bool:
     """Whether a name that opens a sentence is one only by its place there: a common past participle or plural
-    ("Published in 1958, ...", "Called the Kestrel Room, ...", "Crowds filled ..."): not what a document is about.
-    Asked only of a sentence's first name ("United Nations" inside a sentence is a name)."""
+    ("Published in 1958, ...", "Built in 1931, ...", "Called the Kestrel Room, ...", "Crowds filled ..."): not what a
+    document is about. Asked only of a sentence's first name ("United Nations" inside a sentence is a name)."""
     first = name.split()[0].lower()
+    if " " not in name and IRREGULAR.get(first) == first:
+        return True
     if first.endswith("ed") and len(first) > 4:
         return subjects.familiar(first)
     return " " not in name and first.endswith("s") and subjects.familiar(first[:-1])
@@ -91,32 +108,45 @@ def personal_name(name: str) -> bool:
     return 1 < len(words) <= 4 and all(subjects.weight(w) > subjects.WEIGHT_ORIGIN - PERSONAL_ZIPF for w in words)
 
 
+def telling(name: str) -> set[str]:
+    """The words of a name that tell a sentence speaks of it: all but those every sentence may use ("Salt Against
+    the Window": not "the")."""
+    words = subjects.words(name)
+    return {w for w in words if subjects.weight(w) > subjects.WEIGHT_ORIGIN - FUNCTION_ZIPF} or words
+
+
 def main_subjects(text: str, sentences: list[Span], spans: list[tuple[int, int, str]]) -> list[str]:
-    """What the document is about, as written in it, most likely first: the names whose words the most sentences
-    use (each name used once: the first that opens a sentence), a sentence that speaks of a subject without naming
-    it ("It rises ...", "her debut album") counted for the first person's name or the first other name; of those
-    tied, the one the first sentence opens with first. A known subject that opens the first sentence ("Nestlé":
-    news about it) comes first whatever its count."""
+    """What the document is about, as written in it, most likely first: the names whose words (`telling`) the most
+    sentences use (each name used once: the first that opens a sentence), a sentence that speaks of a subject
+    without naming it ("It rises ...", "her debut album") counted for the name the first sentence opens with where
+    it is of that kind, else for the first person's name or the first other name ("her" not in a sentence that
+    names another person); of those tied, the one the first sentence opens with first. A known subject that opens
+    the first sentence ("Nestlé": news about it) comes first whatever its count."""
     if not spans:
         return []
     saying: dict[str, set[int]] = {}  # each word, the sentences that use it
     for i, (begin, end) in enumerate(sentences):
         for word in subjects.words(text[begin:end]):
             saying.setdefault(word, set()).add(i)
-    used = {written: set().union(*(saying.get(w, set()) for w in subjects.words(written)))
+    used = {written: set().union(*(saying.get(w, set()) for w in telling(written)))
             for written in dict.fromkeys(text[a:b] for a, b, _ in spans
                                          if not (opens(text, sentences, a) and by_position(text[a:b])))}
     if not used:
         return []
-    for personal in (True, False):
-        if first := next((name for name in used if personal_name(name) == personal), None):
-            used[first] |= {i for i, (a, b) in enumerate(sentences) if refers_back(text[a:b], personal)}
     opener = lead(text, sentences, spans)
+    # "It" and "she" speak of the name the text opens with where it is of their kind, else of the first name of the
+    # kind; "she" not in a sentence that names another person ("Clothilde Barrax, known for her stations, ...").
+    persons = by_sentence(sentences, [(a, text[a:b]) for a, b, _ in spans if personal_name(text[a:b])])
+    for personal in (True, False):
+        if first := opener if opener in used and personal_name(opener) == personal else \
+                next((name for name in used if personal_name(name) == personal), None):
+            used[first] |= {i for i, (a, b) in enumerate(sentences) if refers_back(text[a:b], personal)
+                            and not (personal and any(name != first for _, name in persons[i]))}
     most = max(len(where) for where in used.values())
     known = [opener] if opener and subjects.familiar(opener) else []
     if most < 2:
         opening = [text[a:b] for a, b, _ in spans if opens(text, sentences, a) and text[a:b] in used]
-        return list(dict.fromkeys(known + opening[:1]))
+        return list(dict.fromkeys(known + ([opener] if opener in used else opening[:1])))
     tied = sorted((written for written, where in used.items() if len(where) == most), key=lambda w: w != opener)
     return list(dict.fromkeys(known + tied))
 

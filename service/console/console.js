@@ -75,10 +75,14 @@ function drawCurves(rows) {
 let pageBefore = null, olderBefore = null, loads = 0;
 const newerPages = [];
 
-async function loadVersions() {
+// Draw the page `before` asks for; `then` (the way back updated) runs once it is drawn. False: not drawn, a later
+// load being on its way (a page asked for since: an answer to this one is stale).
+async function loadVersions(before = pageBefore, then = () => {}) {
   const load = ++loads;
-  const { body } = await api(pageBefore === null ? "/health/forgetting" : `/health/forgetting?before=${pageBefore}`);
-  if (load !== loads) return;  // a later load is on its way (a page asked for since): an answer to this one is stale
+  const { body } = await api(before === null ? "/health/forgetting" : `/health/forgetting?before=${before}`);
+  if (load !== loads) return false;
+  pageBefore = before;
+  then();
   olderBefore = body.history_before;
   $("#older").disabled = olderBefore === null;
   $("#newer").disabled = newerPages.length === 0;
@@ -108,13 +112,11 @@ async function activate(version) {
 }
 
 $("#older").addEventListener("click", () => guarded(async () => {
-  newerPages.push(pageBefore);
-  pageBefore = olderBefore;
-  await loadVersions();
+  const shown = pageBefore;
+  await loadVersions(olderBefore, () => newerPages.push(shown));
 }));
 $("#newer").addEventListener("click", () => guarded(async () => {
-  pageBefore = newerPages.pop() ?? null;
-  await loadVersions();
+  await loadVersions(newerPages.at(-1) ?? null, () => newerPages.pop());
 }));
 
 $("#png").addEventListener("click", (event) => guarded(async () => {
