@@ -64,6 +64,24 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def new_folders(root: Path, seen: set[int], gaps: set[int]) -> tuple[set[int], set[int]]:
+    """The version folders (a manifest inside) not in `seen`, and the numbers below the highest that have none yet.
+    A commit numbers its folder one past the highest (renamed into place with its manifest): after the first look,
+    only the numbers above the highest seen are looked at, and the `gaps` the first look left (a folder renamed into
+    place while it read the names may be missed by it); not a read of every folder's name after each commit."""
+    def committed(version: int | str) -> bool:
+        return os.path.exists(os.path.join(root, str(version), MANIFEST_FILE))
+    if not seen:
+        found = {int(entry.name) for entry in os.scandir(root) if entry.name.isdigit() and committed(entry.name)}
+        return found, set(range(1, max(found, default=0))) - found
+    found, version = {v for v in gaps if committed(v)}, max(seen) + 1
+    while committed(version):
+        found.add(version)
+        version += 1
+    return found, gaps - found
+
+
+KEEPING = threading.Lock()  # request threads and the embedded learner keep values at once
 LASTING = 16  # values `keep` holds: a few lists per version asked for, and a version or two before
 
 
@@ -80,12 +98,11 @@ class VersionStore:
         self._rewrites: int | None = None
         self._listed: dict[bool, list[int]] = {}  # orphans included or not -> the committed folders
         self._committed: set[int] = set()  # every folder with a manifest seen so far, and those flagged orphans
-        self._gaps: set[int] = set()  # the numbers below the highest with no folder at the first look
         self._flagged: set[int] = set()
+        self._gaps: set[int] = set()  # the numbers below the highest with no folder (new_folders)
         self._manifests: dict[int, dict[str, Any]] = {}
         self._memos: dict[Hashable, Any] = {}
         self._lasting: dict[Hashable, Any] = {}  # what holds while no manifest is rewritten (`kept`)
-        self._keeping = threading.Lock()
 
     def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
         """`compute()`, a function of this store's contents, computed again only after the store changed."""
@@ -103,7 +120,7 @@ class VersionStore:
     def keep(self, key: Hashable, value: Any, rewrites: int | None, instead_of: Hashable | None = None) -> None:
         """Store `value`, computed when `rewrites()` was `rewrites` (not if a manifest was rewritten since: it may
         hold what an erasure took out), in place of what `instead_of` held; at most LASTING values."""
-        with self._keeping:  # request threads and the embedded learner keep values at once
+        with KEEPING:
             if rewrites != self._rewrites:
                 return
             self._lasting.pop(instead_of, None)
@@ -182,25 +199,10 @@ class VersionStore:
         return list(self._listed[orphans])
 
     def _list(self) -> None:
-        """Add the folders committed since the last look. A folder never goes away, and only one never served can
-        be flagged an orphan later, so only new folders and those not in the served list are looked into. A commit
-        numbers its folder one past the highest (renamed into place with its manifest): after the first look, only
-        the numbers above the highest seen are, and those below it the first look did not find (not a read of every
-        folder's name after each commit)."""
-        if self._committed:
-            version = max(self._committed) + 1
-            while os.path.exists(os.path.join(self.root, str(version), MANIFEST_FILE)):
-                self._committed.add(version)
-                version += 1
-            # A folder renamed into place during the first look may have been missed by it.
-            found = {v for v in self._gaps if os.path.exists(os.path.join(self.root, str(v), MANIFEST_FILE))}
-            self._committed |= found
-            self._gaps -= found
-        else:
-            for entry in os.scandir(self.root):
-                if entry.name.isdigit() and os.path.exists(os.path.join(entry.path, MANIFEST_FILE)):
-                    self._committed.add(int(entry.name))
-            self._gaps = set(range(1, max(self._committed, default=0))) - self._committed
+        """Add the folders committed since the last look (`new_folders`); of those not in the served list, flag the
+        orphans (only a folder never served can be flagged one later)."""
+        found, self._gaps = new_folders(self.root, self._committed, self._gaps)
+        self._committed |= found
         served = set(read_json(self._served, None) or ())
         for version in self._committed - self._flagged - served:
             if (self.root / str(version) / ORPHAN_FILE).exists():
