@@ -40,7 +40,7 @@ from core.database import documents as table
 from core.database import idempotency
 from core.documents import DocumentStore, body_hash, columns, key_hash
 from core.lifecycle import FINAL
-from core.versions import VersionStore, sha256_file
+from core.version_folders import FolderVersionStore, sha256_file
 
 OWNERS = [f"key-{i}" for i in range(10)]
 LINKS_PER_FILE = 50_000  # ext4 allows 65,000 hard links to one file
@@ -148,7 +148,7 @@ def worker_jobs(env: dict[str, str], client: httpx.Client, document_ids: list[st
 def commit_s(data: Path) -> dict[str, float]:
     """One more commit on the filled store, from this process: with nothing read yet (a worker's first job), and
     again with the manifests it read kept (every later job)."""
-    store, seconds = VersionStore(data / "versions"), {}
+    store, seconds = FolderVersionStore(data / "versions"), {}
     for run in ("first", "next"):
         parent = store.current()
         clock = time.perf_counter()
@@ -206,7 +206,7 @@ def timed(call, count: int) -> dict[str, float]:
 def after_changes(client: httpx.Client, data: Path, document_id: str, changes: int) -> dict[str, dict[str, float]]:
     """GET /documents/{id} and /health/forgetting, each right after a new version (committed from this process, as
     the server sees a worker's commit): what a version change costs the next read."""
-    store, ms = VersionStore(data / "versions"), {"get_document_after_change": [], "health_forgetting_after_change": []}
+    store, ms = FolderVersionStore(data / "versions"), {"get_document_after_change": [], "health_forgetting_after_change": []}
     for i in range(changes):
         store.commit(store.current(), {"x": torch.zeros(1)}, {"documents": [f"bench-change-{i}"], "method": "routed",
                                                               "probes": [], "key": {}}, "routed_lora.safetensors")
@@ -248,7 +248,7 @@ def measure(n: int, models_dir: Path, requests: int, worker_timeout_s: float) ->
                 time.sleep(0.1)
             ready_s = time.perf_counter() - clock
             with httpx.Client(base_url=url, timeout=60) as client:
-                row = {"documents": n, "versions": VersionStore(data / "versions").current(),
+                row = {"documents": n, "versions": FolderVersionStore(data / "versions").current(),
                        "fill_s": round(fill_s, 1), "start_to_ready_s": round(ready_s, 1),
                        "list_first_page": timed(lambda _: client.get("/documents?limit=50"), requests),
                        "list_last_page": timed(lambda _: client.get(f"/documents?limit=50&offset={n - 50}"), requests),

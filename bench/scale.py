@@ -34,7 +34,7 @@ from bench.api_scale import api_rows
 from bench.teach import general_prompts, percentile
 from core import routing
 from core.settings import Settings
-from core.versions import VersionStore
+from core.version_folders import FolderVersionStore
 from methods.routed.layer import LoraShape, RoutedLora, pick_layers
 from methods.routed.serving import lora_shape
 from methods.routed.storage import pack, unpack
@@ -136,7 +136,7 @@ def deltas(settings: Settings, count: int) -> dict:
     config = settings.method_config("routed")
     shape, storage = lora_shape(config), config.storage
     with tempfile.TemporaryDirectory() as tmp:
-        store = VersionStore(Path(tmp))
+        store = FolderVersionStore(Path(tmp))
         versions = [store.commit(v, random_delta(shape, storage, v), {"documents": [f"doc-{v}"], "method": "routed"},
                                  "routed_lora.safetensors") for v in range(count)]
         files = [Path(tmp) / str(v) / "routed_lora.safetensors" for v in versions]

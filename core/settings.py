@@ -59,6 +59,13 @@ class Settings(BaseSettings):
         "The database of document records and idempotency keys (a SQLAlchemy URL); default: SQLite in the data "
         "folder; PostgreSQL (postgresql+psycopg://user:password@host/db, the `postgres` extra) where several "
         "machines share one store."))
+    object_store_url: str | None = Field(None, description=(
+        "Versions in the database and deltas in an S3-compatible object store (s3://bucket/prefix, the `s3` extra; "
+        "credentials and endpoint as boto3 reads them, or ?endpoint=http://host:port): processes on several "
+        "machines share no folder. None: versions are folders in the data folder."))
+    delta_cache_mb: int = Field(2048, gt=0, description=(
+        "With an object store: the bytes of deltas each process keeps in <data_dir>/cache, least recently read "
+        "first out."))
     model_cache_dir: Path | None = Field(None, description="The converted default model; default: <data_dir>/models.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where the model runs.")
     dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description=(

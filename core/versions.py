@@ -1,42 +1,25 @@
-"""The version store: each committed update is a folder `versions/N/` and one pointer says which is served.
+"""The version store: every committed update is a numbered version (a delta and its manifest), and one pointer says
+which is served. Two stores keep them: folders in the data folder (core/version_folders.py, the default), or
+tables in the database with the deltas in an object store (core/version_tables.py: processes on several machines
+that share no folder). core/storage.py opens the one the settings name.
 
-A commit writes the delta and its manifest into a temporary folder, renames it to `N/`, and only then
-moves the `CURRENT` pointer (an atomic file replace). A crash at any point leaves the old pointer, so
-the last committed version is what a restarted server serves. Commits run under a cross-process lock
-and name the parent they were trained from: a commit whose parent is no longer current is refused.
-
-A crash between the rename and the pointer move leaves a folder that was never served: an orphan. Every
-version the pointer ever named is listed in `served.json` (after the pointer moved), and before each pointer
-move and at every start (`reconcile`, under the lock) a folder neither listed nor current is flagged with an
-`ORPHAN` file: never listed, never activatable, its number never reused, kept for an operator to inspect.
-
-Each process keeps the folder list and the manifests it has read: every change to the store replaces a file in
-the root folder (a folder renamed into place, the pointer, the served list, `REWRITTEN` when erasure rewrote a
-manifest), so the root folder's modification time says when to read them again.
+A commit names the parent it was trained from: a commit whose parent is no longer current is refused. What this
+module holds is what both stores do alike: each process keeps the manifests it has read and what was computed from
+them, until the store says it changed.
 """
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
 import threading
-import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
-from filelock import FileLock
-from safetensors.torch import load_file, save_file
-
-from core import faults
-from core.fileio import fsync_dir, fsync_file, read_json, write_bytes_atomic, write_json_atomic
 
 T = TypeVar("T")
-MANIFEST_FILE = "manifest.json"
-MAX_VERSION = 2**31 - 1  # a number past it names no folder (and no file name too long to open)
-ORPHAN_FILE = "ORPHAN"
-REWRITTEN_FILE = "REWRITTEN"  # how many manifests were ever rewritten: a reader's copies are old when it changes
+MAX_VERSION = 2**31 - 1  # a number past it names no version (and no file name too long to open)
+KEEPING = threading.Lock()  # request threads and the embedded learner keep values at once
+LASTING = 16  # values `keep` holds: a few lists per version asked for, and a version or two before
 
 
 class ParentMoved(Exception):
@@ -56,54 +39,77 @@ class UnknownVersion(Exception):
     pass
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def new_folders(root: Path, seen: set[int], gaps: set[int]) -> tuple[set[int], set[int]]:
-    """The version folders (a manifest inside) not in `seen`, and the numbers below the highest that have none yet.
-    A commit numbers its folder one past the highest (renamed into place with its manifest): after the first look,
-    only the numbers above the highest seen are looked at, and the `gaps` the first look left (a folder renamed into
-    place while it read the names may be missed by it); not a read of every folder's name after each commit."""
-    def committed(version: int | str) -> bool:
-        return os.path.exists(os.path.join(root, str(version), MANIFEST_FILE))
-    if not seen:
-        found = {int(entry.name) for entry in os.scandir(root) if entry.name.isdigit() and committed(entry.name)}
-        return found, set(range(1, max(found, default=0))) - found
-    found, version = {v for v in gaps if committed(v)}, max(seen) + 1
-    while committed(version):
-        found.add(version)
-        version += 1
-    return found, gaps - found
-
-
-KEEPING = threading.Lock()  # request threads and the embedded learner keep values at once
-LASTING = 16  # values `keep` holds: a few lists per version asked for, and a version or two before
-
-
-class VersionStore:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._pointer = root / "CURRENT"
-        self._events = root / "events.json"
-        self._served = root / "served.json"
-        self.lock = FileLock(str(root / ".lock"))
+class VersionStore(ABC):
+    def __init__(self) -> None:
         self._removes: dict[int, str | None] = {}  # version -> the document it removes (removed())
-        self._stamp: int | None = None  # the root folder's modification time when the caches below were checked
+        self._stamp: Hashable | None = None  # the store's change stamp when the caches below were checked
         self._rewrites: int | None = None
-        self._listed: dict[bool, list[int]] = {}  # orphans included or not -> the committed folders
-        self._committed: set[int] = set()  # every folder with a manifest seen so far, and those flagged orphans
-        self._flagged: set[int] = set()
-        self._gaps: set[int] = set()  # the numbers below the highest with no folder (new_folders)
+        self._listed: dict[bool, list[int]] = {}  # orphans included or not -> the committed versions
         self._manifests: dict[int, dict[str, Any]] = {}
         self._memos: dict[Hashable, Any] = {}
         self._lasting: dict[Hashable, Any] = {}  # what holds while no manifest is rewritten (`kept`)
 
+    # What each store reads and writes its own way.
+    @abstractmethod
+    def _change(self) -> Hashable:
+        """A stamp that differs after any change to the store (a commit, a pointer move, a rewrite)."""
+
+    @abstractmethod
+    def _rewrite_count(self) -> int:
+        """How many manifests were ever rewritten (erasure)."""
+
+    @abstractmethod
+    def _read_manifest(self, version: int) -> dict[str, Any] | None:
+        """A committed version's manifest as stored; None when there is none; ValueError when it cannot be read."""
+
+    @abstractmethod
+    def _listing(self) -> tuple[list[int], list[int]]:
+        """The committed versions past 0, sorted: all of them, and those that are not orphans."""
+
+    @abstractmethod
+    def current(self) -> int: ...
+
+    @abstractmethod
+    def exists(self, version: int) -> bool: ...
+
+    @abstractmethod
+    def reconcile(self) -> list[int]:
+        """Flag the versions a crash left written but never served; returns the new orphans."""
+
+    @abstractmethod
+    def manifest_mentions(self, version: int, text: str) -> bool:
+        """Whether a version's stored manifest holds `text` (one that cannot be parsed too)."""
+
+    @abstractmethod
+    def empty_manifest(self, version: int) -> None:
+        """Empty a manifest that cannot be read (erasure: it may hold what it cannot be scrubbed of)."""
+
+    @abstractmethod
+    def rewrite_manifest(self, version: int, manifest: dict[str, Any]) -> None:
+        """Replace a committed version's manifest (erasure scrubs what a removed document left in it)."""
+
+    @abstractmethod
+    def load_delta(self, version: int) -> dict[str, torch.Tensor]:
+        """A version's delta, checked against its hash; nothing for an erased document's deleted one (a server still
+        serving a version from before its removal reads it so: the document adds nothing)."""
+
+    @abstractmethod
+    def drop_delta(self, version: int) -> None:
+        """Delete a version's delta (erasure: a per-document delta no composition reads any more)."""
+
+    @abstractmethod
+    def commit(self, parent: int, delta: dict[str, torch.Tensor], manifest: dict[str, Any], delta_file: str) -> int:
+        """A new version from `parent`, made current: ParentMoved if `parent` is no longer current, AlreadyCommitted
+        if one of its documents is in the parent's lineage."""
+
+    @abstractmethod
+    def activate(self, version: int, why: str = "activate") -> None: ...
+
+    @abstractmethod
+    def events(self) -> list[dict[str, Any]]:
+        """The latest pointer moves, oldest first."""
+
+    # What both read alike.
     def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
         """`compute()`, a function of this store's contents, computed again only after the store changed."""
         self._check()
@@ -135,33 +141,14 @@ class VersionStore:
         return self._rewrites
 
     def _check(self) -> None:
-        """Drop the folder list when the store changed since it was read, and the manifests when one of them was
+        """Drop the version list when the store changed since it was read, and the manifests when one of them was
         rewritten (by this process or another)."""
-        stamp = self.root.stat().st_mtime_ns  # read before the caches are refilled: a change after it is seen
+        stamp = self._change()  # read before the caches are refilled: a change after it is seen
         if stamp == self._stamp:
             return
         self._stamp, self._listed, self._memos = stamp, {}, {}
-        if (rewrites := read_json(self.root / REWRITTEN_FILE, 0)) != self._rewrites:
+        if (rewrites := self._rewrite_count()) != self._rewrites:
             self._rewrites, self._manifests, self._lasting = rewrites, {}, {}
-
-    def current(self) -> int:
-        try:
-            return int(self._pointer.read_text().strip())
-        except FileNotFoundError:
-            return 0
-
-    def _pointed(self) -> int | None:
-        """The pointer; None when it cannot be read (emptied by a crash: the start-up fallback replaces it)."""
-        try:
-            return self.current()
-        except ValueError:
-            return None
-
-    def exists(self, version: int) -> bool:
-        if not 0 <= version <= MAX_VERSION:
-            return False
-        folder = self.root / str(version)
-        return version == 0 or ((folder / MANIFEST_FILE).exists() and not (folder / ORPHAN_FILE).exists())
 
     def manifest(self, version: int) -> dict[str, Any]:
         self._check()
@@ -173,91 +160,42 @@ class VersionStore:
             raise UnknownVersion(f"version {version} does not exist")
         if version == 0:
             return {"version": 0, "parent": None, "documents": [], "probes": [], "method": "base", "metrics": {}}
-        if (known := self._manifests.get(version)) is not None:
+        cache = self._manifests  # read before the manifest: a rewrite meanwhile drops this dict, and this copy with it
+        if (known := cache.get(version)) is not None:
             return known  # shared: callers copy before they change one (erasure does)
         try:
-            data = read_json(self.root / str(version) / MANIFEST_FILE)
+            data = self._read_manifest(version)
         except ValueError as exc:  # emptied or cut by a crash
             raise UnknownVersion(f"version {version}'s manifest cannot be read: {exc}") from exc
         if data is None:
             raise UnknownVersion(f"version {version} does not exist")
-        self._manifests[version] = data
+        cache[version] = data
         return data
 
     def versions(self) -> list[int]:
-        return [0, *self._folders(orphans=False)]
+        return [0, *self._committed(orphans=False)]
 
     def orphans(self) -> list[int]:
-        return sorted(set(self._folders()) - set(self._folders(orphans=False)))
+        return sorted(set(self._committed()) - set(self._committed(orphans=False)))
 
-    def _folders(self, orphans: bool = True) -> list[int]:
-        """Committed version folders (a manifest inside), orphans included unless asked otherwise."""
+    def _committed(self, orphans: bool = True) -> list[int]:
+        """Committed versions past 0, orphans included unless asked otherwise."""
         self._check()
         if not self._listed:
-            self._list()
-            self._listed = {True: sorted(self._committed), False: sorted(self._committed - self._flagged)}
+            every, served = self._listing()
+            self._listed = {True: every, False: served}
         return list(self._listed[orphans])
-
-    def _list(self) -> None:
-        """Add the folders committed since the last look (`new_folders`); of those not in the served list, flag the
-        orphans (only a folder never served can be flagged one later)."""
-        found, self._gaps = new_folders(self.root, self._committed, self._gaps)
-        self._committed |= found
-        served = set(read_json(self._served, None) or ())
-        for version in self._committed - self._flagged - served:
-            if (self.root / str(version) / ORPHAN_FILE).exists():
-                self._flagged.add(version)
-
-    def reconcile(self) -> list[int]:
-        """Flag the folders a crash left between their rename and the pointer move; returns the new orphans.
-        Runs under the lock, so no commit is half done meanwhile."""
-        with self.lock:
-            listed = read_json(self._served)
-            # A store from before the list: every folder it has was committed whole.
-            served = set(self._folders() if listed is None else listed)
-            if current := self._pointed():  # a crash after the pointer moved, before the list: it was served
-                served.add(current)
-            if listed is None or served != set(listed):
-                write_json_atomic(self._served, sorted(served))
-            found = [v for v in self._folders(orphans=False) if v not in served]
-            for version in found:
-                write_json_atomic(self.root / str(version) / ORPHAN_FILE,
-                                  {"reason": "written but never made current (a crash before the pointer moved); "
-                                             "its documents are learned again by a later version",
-                                   "flagged_at": time.time()})
-            if found:  # the flags are inside the folders: a file replaced in the root tells every reader
-                write_json_atomic(self._served, sorted(served))
-            return found
 
     def removed(self) -> set[str]:
         """Every document a removal version took out. A manifest's `removes` never changes once written, so each
-        version folder is read once per store."""
-        for version in self._folders(orphans=False):
+        version's is read once per store."""
+        for version in self._committed(orphans=False):
             if version not in self._removes:
                 try:
                     self._removes[version] = self.manifest(version).get("removes")
                 except UnknownVersion:  # emptied by a crash: it removes nothing that can be read
                     continue
         return {d for d in self._removes.values() if d}
-
-    def manifest_mentions(self, version: int, text: str) -> bool:
-        """Whether a version's manifest file holds `text`, read as bytes (one that cannot be parsed too)."""
-        path = self.root / str(version) / MANIFEST_FILE
-        return path.exists() and text.encode() in path.read_bytes()
-
-    def empty_manifest(self, version: int) -> None:
-        """Empty a manifest that cannot be read (erasure: it may hold what it cannot be scrubbed of)."""
-        with self.lock:
-            write_bytes_atomic(self.root / str(version) / MANIFEST_FILE, b"")
-            write_json_atomic(self.root / REWRITTEN_FILE, read_json(self.root / REWRITTEN_FILE, 0) + 1)
-
-    def rewrite_manifest(self, version: int, manifest: dict[str, Any]) -> None:
-        """Replace a committed version's manifest (erasure scrubs what a removed document left in it)."""
-        with self.lock:
-            if not 0 < version <= MAX_VERSION or not (self.root / str(version) / MANIFEST_FILE).exists():
-                raise UnknownVersion(f"version {version} does not exist")
-            write_json_atomic(self.root / str(version) / MANIFEST_FILE, manifest)
-            write_json_atomic(self.root / REWRITTEN_FILE, read_json(self.root / REWRITTEN_FILE, 0) + 1)
 
     def lineage(self, version: int) -> list[dict[str, Any]]:
         """Manifests from version 1 up to `version` along parent links (the knowledge it contains)."""
@@ -272,66 +210,3 @@ class VersionStore:
     def holding(self, document_id: str, version: int) -> int | None:
         """The version along `version`'s lineage that committed `document_id`, if any."""
         return next((m["version"] for m in self.lineage(version) if document_id in m["documents"]), None)
-
-    def load_delta(self, version: int) -> dict[str, torch.Tensor]:
-        """A version's delta, checked against its hash; nothing for an erased document's deleted one (a server still
-        serving a version from before its removal reads it so: the document adds nothing)."""
-        manifest = self.manifest(version)
-        path = self.root / str(version) / manifest["delta_file"]
-        if "erased_in" in manifest and not path.exists():
-            return {}
-        if sha256_file(path) != manifest["delta_sha256"]:
-            raise ValueError(f"version {version}: delta file does not match its manifest hash")
-        return load_file(str(path))
-
-    def drop_delta(self, version: int) -> None:
-        """Delete a version's delta file (erasure: a per-document delta no composition reads any more)."""
-        manifest = self._manifest(version)
-        with self.lock:
-            (self.root / str(version) / manifest["delta_file"]).unlink(missing_ok=True)
-
-    def commit(self, parent: int, delta: dict[str, torch.Tensor], manifest: dict[str, Any], delta_file: str) -> int:
-        """A new version from `parent`: the delta in `delta_file` (the method's file name), hashed in the manifest,
-        every file synced before the folder is renamed into place (a power cut never leaves CURRENT naming a
-        truncated delta)."""
-        with self.lock:
-            self.reconcile()
-            if self.current() != parent:
-                raise ParentMoved(f"trained from version {parent}, but version {self.current()} is now current")
-            for document_id in manifest["documents"]:
-                if (held := self.holding(document_id, parent)) is not None:
-                    raise AlreadyCommitted(document_id, held)
-            version = max(self._folders(), default=0) + 1  # an orphan's number is not reused
-            tmp = self.root / f".tmp-{version}"
-            if tmp.exists():
-                shutil.rmtree(tmp)
-            tmp.mkdir()
-            save_file({k: v.contiguous() for k, v in delta.items()}, str(tmp / delta_file))
-            fsync_file(tmp / delta_file)
-            full = {**manifest, "version": version, "parent": parent, "created_at": time.time(),
-                    "delta_file": delta_file, "delta_sha256": sha256_file(tmp / delta_file),
-                    "delta_bytes": (tmp / delta_file).stat().st_size}
-            write_json_atomic(tmp / MANIFEST_FILE, full)  # synced, and its folder too
-            tmp.rename(self.root / str(version))
-            fsync_dir(self.root)
-            faults.kill_point("commit_renamed")
-            self._move_pointer(version, "commit")
-            return version
-
-    def activate(self, version: int, why: str = "activate") -> None:
-        with self.lock:
-            self.reconcile()
-            if not self.exists(version):
-                raise UnknownVersion(f"version {version} does not exist")
-            self._move_pointer(version, why)
-
-    def events(self) -> list[dict[str, Any]]:
-        return read_json(self._events, [])
-
-    def _move_pointer(self, version: int, why: str) -> None:
-        previous = self._pointed()
-        write_bytes_atomic(self._pointer, f"{version}\n".encode())
-        write_json_atomic(self._served, sorted({*read_json(self._served, []), version}))
-        events = self.events()
-        events.append({"version": version, "from": previous, "event": why, "at": time.time()})
-        write_json_atomic(self._events, events[-200:])

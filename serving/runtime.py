@@ -17,6 +17,7 @@ from core.probes import GENERAL_TOKENS, ProbeSuites
 from core.queue import VERSION_CHANNEL, InProcessQueue, JobFunction, JobQueue, RQQueue, job_id_for
 from core.scoring import greedy_continuations, score_probes
 from core.settings import Settings
+from core.storage import open_suites, open_versions
 from core.versions import UnknownVersion, VersionStore
 from serving import forgetting
 
@@ -56,9 +57,8 @@ class Runtime:
     def create(cls, settings: Settings, run_job: JobFunction | None = None,
                load: Callable[[], LoadedModel] | None = None, preview: Preview | None = None,
                warm: Callable[[], object] | None = None) -> Runtime:
-        root = settings.data_dir
-        return cls(settings, DocumentStore(root, settings.database_url), VersionStore(root / "versions"),
-                   ProbeSuites(root / "probes"), run_job, warm, load, preview)
+        return cls(settings, DocumentStore(settings.data_dir, settings.database_url), open_versions(settings),
+                   open_suites(settings), run_job, warm, load, preview)
 
     def start(self) -> None:
         """Load the model and start the queue and the version watcher (runs in a background thread)."""

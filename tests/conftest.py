@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.server import find_redis_server, free_port
+from bench.server import find_redis_server, free_port, new_bucket, s3_server
 from core.model.loader import LoadedModel
 from tests.tiny import tiny_loaded, tiny_model, tiny_tokenizer
 
@@ -198,6 +198,19 @@ def postgres_url() -> str:
     if in_ci():
         pytest.fail("CI runs the store's tests on PostgreSQL: set CKL_TEST_POSTGRES_URL")
     pytest.skip("no PostgreSQL (CKL_TEST_POSTGRES_URL)")
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory) -> Iterator[str]:
+    """moto's S3 server, spoken to over HTTP as any S3 store is (bench/server.py: s3_server)."""
+    with s3_server(tmp_path_factory.mktemp("s3") / "moto.log") as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def object_store_url(s3_endpoint) -> str:
+    """A new bucket on the S3 server, as CKL_OBJECT_STORE_URL names it."""
+    return new_bucket(s3_endpoint)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

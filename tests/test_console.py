@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from core.keys import hash_key
-from core.versions import VersionStore
+from core.version_folders import FolderVersionStore
 from tests.conftest import ROOT, Server, in_ci, tiny_env
 
 ARTIFACTS = ROOT / "test-artifacts" / "console"
@@ -133,7 +133,7 @@ def test_the_versions_tab_pages_back_to_the_oldest_version_and_forward_again(tin
     import torch
     from playwright.sync_api import sync_playwright
 
-    store = VersionStore(tmp_path / "data" / "versions")
+    store = FolderVersionStore(tmp_path / "data" / "versions")
     for i in range(120):
         store.commit(store.current(), {"x": torch.zeros(1)}, {"documents": [f"d{i}"], "method": "adapter",
                                                               "probes": []}, "adapter.safetensors")

@@ -16,6 +16,7 @@ import redis as redis_client
 from bench.server import free_port
 from ckl import fsck
 from core import faults
+from core.version_folders import FolderVersionStore
 from core.versions import VersionStore
 from service.client import wait_for_document
 from tests.conftest import Proc, Server, redis_server_binary, tiny_env
@@ -37,9 +38,10 @@ def teach(url: str, body: dict) -> str:
     return r.json()["document_id"]
 
 
-def assert_each_document_committed_once(data: Path, document_ids: list[str]) -> list[dict]:
-    """Every listed version verifies, no two share a parent, and each document is in exactly one of them."""
-    store = VersionStore(data / "versions")
+def assert_each_document_committed_once(data: Path | VersionStore, document_ids: list[str]) -> list[dict]:
+    """Every listed version verifies, no two share a parent, and each document is in exactly one of them (`data`: a
+    data folder, or the shared version store)."""
+    store = FolderVersionStore(data / "versions") if isinstance(data, Path) else data
     manifests = [store.manifest(v) for v in store.versions()[1:]]
     for manifest in manifests:
         store.load_delta(manifest["version"])  # raises when the delta does not match its hash
@@ -51,7 +53,7 @@ def assert_each_document_committed_once(data: Path, document_ids: list[str]) -> 
 
 
 def held_documents(data: Path) -> set[str]:
-    store = VersionStore(data / "versions")
+    store = FolderVersionStore(data / "versions")
     return {d for v in store.versions()[1:] for d in store.manifest(v)["documents"]}
 
 

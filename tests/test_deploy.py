@@ -65,7 +65,7 @@ def test_the_gpu_override_reserves_a_gpu_and_sets_only_known_settings():
     for name in ("api", "worker"):
         assert env_names(services[name]) <= known
         assert services[name]["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
-    assert services["api"]["build"]["args"]["EXTRAS"] == "model,gpu"
+    assert services["api"]["build"]["args"]["EXTRAS"] == "model,gpu,postgres,s3"
 
 
 def test_the_lock_pins_every_dependency_within_what_pyproject_allows():

@@ -92,7 +92,8 @@ def test_a_version_folder_never_made_current_is_flagged_an_orphan_and_its_number
     import shutil
 
     from core.fileio import read_json, write_json_atomic
-    from core.versions import MANIFEST_FILE, UnknownVersion
+    from core.version_folders import MANIFEST_FILE
+    from core.versions import UnknownVersion
 
     learner = Learner(tiny_settings(tmp_path), loaded=tiny_loaded())
     assert learner.learn(submit(learner)) == "committed"

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from core.versions import VersionStore
+from core.version_folders import FolderVersionStore
 from tests.api_app import tiny_settings
 from tests.tiny import tiny_loaded
 from workers import gate
@@ -93,7 +93,7 @@ def test_a_parent_that_moved_during_training_means_training_again_from_the_new_o
         train(parts, run, *args, **kwargs)
         if not moved:
             moved.append(True)
-            other = VersionStore(parts.versions.root)
+            other = FolderVersionStore(parts.versions.root)
             other.commit(other.current(), run.method.delta(), {"documents": [], "probes": [], "method": "adapter",
                                                                "metrics": {}, **run.method.manifest_fields()},
                          "adapter.safetensors")

@@ -15,8 +15,10 @@ from core.fileio import write_json_atomic
 from core.lifecycle import Status
 from core.namespaces import SHARED, namespace_of, within
 from core.probes import ProbeSuites, from_json
+from core.shared_values import FolderValues
 from core.state import committed_neighbours, learned_facts, learned_manifests, same_prompt
-from core.versions import ParentMoved, UnknownVersion, VersionStore
+from core.version_folders import FolderVersionStore
+from core.versions import ParentMoved, UnknownVersion
 from serving.forgetting import newest, not_learned, replacements, report
 from tests.conftest import ROOT
 from tests.database import rows
@@ -24,7 +26,7 @@ from workers import gate, weighting
 
 
 def test_commit_moves_the_pointer_and_checks_the_parent(tmp_path):
-    store = VersionStore(tmp_path / "versions")
+    store = FolderVersionStore(tmp_path / "versions")
     assert store.current() == 0 and store.versions() == [0]
     delta = {"a": torch.ones(2, 2)}
     v1 = store.commit(0, delta, {"documents": ["d1"], "probes": [], "method": "adapter", "metrics": {}}, "adapter.safetensors")
@@ -41,7 +43,7 @@ def test_commit_moves_the_pointer_and_checks_the_parent(tmp_path):
 
 
 def test_half_written_version_is_never_listed_or_served(tmp_path):
-    store = VersionStore(tmp_path / "versions")
+    store = FolderVersionStore(tmp_path / "versions")
     (tmp_path / "versions" / ".tmp-1").mkdir()  # a crash before the rename
     (tmp_path / "versions" / "1").mkdir()  # or a folder without a manifest
     assert store.versions() == [0] and store.current() == 0
@@ -49,7 +51,7 @@ def test_half_written_version_is_never_listed_or_served(tmp_path):
 
 
 def test_tampered_delta_is_refused(tmp_path):
-    store = VersionStore(tmp_path / "versions")
+    store = FolderVersionStore(tmp_path / "versions")
     store.commit(0, {"a": torch.zeros(3)}, {"documents": [], "probes": [], "method": "adapter", "metrics": {}}, "adapter.safetensors")
     path = tmp_path / "versions" / "1" / "adapter.safetensors"
     path.write_bytes(path.read_bytes()[:-4] + b"\x00\x00\x80\x3f")
@@ -58,7 +60,7 @@ def test_tampered_delta_is_refused(tmp_path):
 
 
 def test_lineage_follows_parents(tmp_path):
-    store = VersionStore(tmp_path / "versions")
+    store = FolderVersionStore(tmp_path / "versions")
     m = {"probes": [], "method": "adapter", "metrics": {}}
     store.commit(0, {"a": torch.zeros(1)}, {**m, "documents": ["d1"]}, "adapter.safetensors")
     store.commit(1, {"a": torch.zeros(1)}, {**m, "documents": ["d2"]}, "adapter.safetensors")
@@ -213,7 +215,7 @@ def test_neighbours_kept_along_a_lineage_are_those_of_the_rule_as_written(tmp_pa
     rng = random.Random(seed)
     prompts = ["The mayor of Brannoch is", "The chief executive of Siemens is", "The capital of Quilor is",
                "Harvard University is located in"]
-    store = VersionStore(tmp_path)
+    store = FolderVersionStore(tmp_path)
     for version in range(1, 40):
         def probe() -> dict:
             prompt = rng.choice(prompts)
@@ -234,7 +236,7 @@ def test_neighbours_kept_along_a_lineage_are_those_of_the_rule_as_written(tmp_pa
 
 
 def test_the_version_list_and_the_retention_report_come_a_page_at_a_time(tmp_path):
-    store = VersionStore(tmp_path / "versions")
+    store = FolderVersionStore(tmp_path / "versions")
     for version in range(1, 8):
         store.commit(version - 1, {"a": torch.zeros(1)}, {"documents": [f"d{version}"], "probes": [],
                                                           "method": "adapter", "metrics": {}}, "adapter.safetensors")
@@ -245,7 +247,7 @@ def test_the_version_list_and_the_retention_report_come_a_page_at_a_time(tmp_pat
         if before is None:
             break
     assert seen == list(range(8))
-    suites, records = ProbeSuites(tmp_path / "probes"), DocumentStore(tmp_path / "documents")
+    suites, records = ProbeSuites(FolderValues(tmp_path / "probes")), DocumentStore(tmp_path / "documents")
     first = report(store, suites, records, limit=3)
     assert [row["version"] for row in first["history"]] == [5, 6, 7] and first["history_before"] == 5
     second = report(store, suites, records, limit=3, before=first["history_before"])
@@ -256,9 +258,9 @@ def test_the_version_list_and_the_retention_report_come_a_page_at_a_time(tmp_pat
 def test_what_each_version_keeps_of_its_lineage_is_what_a_walk_of_its_lineage_gives(tmp_path):
     """The replaced and not-learned lists, the learned facts and the neighbour prompts, each folded from the parent's
     (core/state.py: folded), against a store that kept nothing and walks the whole lineage."""
-    store = VersionStore(tmp_path / "versions")
+    store = FolderVersionStore(tmp_path / "versions")
 
-    def lists(versions: VersionStore) -> tuple:
+    def lists(versions: FolderVersionStore) -> tuple:
         current = versions.current()
         return (replacements(versions, current), not_learned(versions, current), learned_facts(versions, current),
                 committed_neighbours(versions, current))
@@ -271,7 +273,7 @@ def test_what_each_version_keeps_of_its_lineage_is_what_a_walk_of_its_lineage_gi
         store.commit(store.current(), {"a": torch.zeros(1)}, manifest, "adapter.safetensors")
         walked, lineage = [], store.lineage
         store.lineage = lambda version: walked.append(version) or lineage(version)  # counts the walks
-        assert lists(store) == lists(VersionStore(tmp_path / "versions")), document
+        assert lists(store) == lists(FolderVersionStore(tmp_path / "versions")), document
         del store.lineage
         # A new version's lists are its parent's with one step more; a removal's learned facts and neighbours are
         # walked (what the removed document replaced comes back).
@@ -294,14 +296,14 @@ def test_what_each_version_keeps_of_its_lineage_is_what_a_walk_of_its_lineage_gi
                                                         "answer": "340"}])
     assert [r["replaced_by"] for r in replacements(store, 5)] == ["d2", "d4"]
     store.rewrite_manifest(1, {**store.manifest(1), "facts": []})  # an erasure's rewrite: nothing kept holds
-    assert not_learned(store, 5) == not_learned(VersionStore(tmp_path / "versions"), 5)
+    assert not_learned(store, 5) == not_learned(FolderVersionStore(tmp_path / "versions"), 5)
     assert [r["document_id"] for r in not_learned(store, 5)] == ["d2"]
 
 
 def test_a_store_sees_the_versions_another_process_committed_since_it_last_looked(tmp_path):
     """After its first look, a store looks only above the highest version it has seen (a commit numbers its folder
     one past the highest): what another process commits in between is listed all the same."""
-    reader, writer = VersionStore(tmp_path / "versions"), VersionStore(tmp_path / "versions")
+    reader, writer = FolderVersionStore(tmp_path / "versions"), FolderVersionStore(tmp_path / "versions")
     assert reader.versions() == [0]
 
     def commit() -> None:
@@ -313,7 +315,7 @@ def test_a_store_sees_the_versions_another_process_committed_since_it_last_looke
     commit()
     assert reader.versions() == [0, 1, 2, 3] and reader.current() == 3
     # A folder renamed into place while a first look read the names, and missed by it, is found by the next.
-    late = VersionStore(tmp_path / "versions")
+    late = FolderVersionStore(tmp_path / "versions")
     (tmp_path / "versions" / "2").rename(tmp_path / "versions" / ".moved")
     assert late.versions() == [0, 1, 3]
     (tmp_path / "versions" / ".moved").rename(tmp_path / "versions" / "2")

@@ -13,7 +13,7 @@ from core.lifecycle import FINAL, Status, after_failed_attempt
 from core.model.loader import LoadedModel
 from core.queue import VERSION_CHANNEL, RQQueue
 from core.settings import Settings
-from core.versions import VersionStore
+from core.storage import open_versions
 from workers.learner import Learner
 from workers.threads import idle_priority_here, threads_here
 
@@ -94,7 +94,7 @@ def record_failed_attempt(settings: Settings, document_id: str, error: str) -> N
 def requeue_interrupted(settings: Settings, queue: RQQueue) -> list[str]:
     """Queue again every document a dead worker left unfinished (jobs are idempotent: a finished one is skipped)."""
     documents = DocumentStore(settings.data_dir, settings.database_url)
-    versions = VersionStore(settings.data_dir / "versions")
+    versions = open_versions(settings)
     requeued = []
     erase = partial(erasure.erase, documents, versions)
     waiting = queue.job_ids()

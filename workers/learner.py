@@ -11,18 +11,17 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from filelock import FileLock
-
 import methods  # noqa: F401  (registers every method folder)
 from core import erasure
 from core.documents import DocumentStore
 from core.heap import map_large_blocks
 from core.lifecycle import FINAL, Status, after_failed_attempt
 from core.model.loader import LoadedModel, load_model
-from core.probes import ProbeSuites, to_json
+from core.probes import to_json
 from core.settings import Settings
+from core.storage import learner_lease, open_suites, open_versions
 from core.training import UpdateMethod
-from core.versions import AlreadyCommitted, ParentMoved, VersionStore
+from core.versions import AlreadyCommitted, ParentMoved
 from workers.held import Held
 from workers.run import RetryAfterRejection
 from workers.stages import parent_scores, prepare
@@ -46,8 +45,8 @@ class Learner:
         loaded = loaded or load_model(settings)
         self.model, root = loaded.model, settings.data_dir
         self.documents = DocumentStore(root, settings.database_url)
-        self.versions = VersionStore(root / "versions")
-        self.suites = ProbeSuites(root / "probes")
+        self.versions = open_versions(settings)
+        self.suites = open_suites(settings)
         self.held = Held(settings, loaded.model, loaded.tokenizer, loaded.name, self.versions, self.suites)
         # Rests between training steps and after each phase of a job while the API of this process decodes
         # (embedded: one machine for both).
@@ -56,7 +55,7 @@ class Learner:
                            self.held, Scorer(loaded.model, loaded.tokenizer, self.held, self.rests),
                            Weigher(settings, loaded.model, loaded.tokenizer, loaded.name, self.held.method),
                            self.rests, publish or (lambda version: None))
-        self.lease = FileLock(str(root / "learner.lock"))
+        self.lease = learner_lease(settings)
         map_large_blocks()  # a long document's steps would otherwise leave their transients in RSS
 
     @property

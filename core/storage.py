@@ -1,0 +1,48 @@
+"""Where a deployment keeps what its processes share, opened from the settings.
+
+By default everything is in the data folder (one machine, or machines that share it): version folders, the probe
+suites' files, a file lock for the learner. With CKL_OBJECT_STORE_URL nothing is shared through a folder: versions
+and the probe suites are in the database (CKL_DATABASE_URL: PostgreSQL for several machines), deltas in the object
+store, and the learner's lease is the database's advisory lock; each process's data folder keeps only caches.
+"""
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+
+from sqlalchemy import Engine
+
+from core.database import connect, sqlite_url
+from core.leases import LEARNER_LEASE, PROBES_LOCK, lease
+from core.objects import CachedObjects, S3Objects
+from core.probes import ProbeSuites
+from core.settings import Settings
+from core.shared_values import FolderValues, TableValues
+from core.version_folders import FolderVersionStore
+from core.version_tables import DatabaseVersionStore
+from core.versions import VersionStore
+
+
+def shared_engine(settings: Settings) -> Engine | None:
+    """The database that holds what the processes share; None: the data folder holds it."""
+    if settings.object_store_url is None:
+        return None
+    return connect(settings.database_url or sqlite_url(settings.data_dir))
+
+
+def open_versions(settings: Settings) -> VersionStore:
+    if (engine := shared_engine(settings)) is None:
+        return FolderVersionStore(settings.data_dir / "versions")
+    objects = CachedObjects(S3Objects(settings.object_store_url or ""), settings.data_dir / "cache" / "deltas",
+                            settings.delta_cache_mb << 20)
+    return DatabaseVersionStore(engine, objects)
+
+
+def open_suites(settings: Settings) -> ProbeSuites:
+    if (engine := shared_engine(settings)) is None:
+        return ProbeSuites(FolderValues(settings.data_dir / "probes"))
+    return ProbeSuites(TableValues(engine, lease(engine, PROBES_LOCK, settings.data_dir, ".probes.lock")))
+
+
+def learner_lease(settings: Settings) -> AbstractContextManager:
+    """Held by the one learner that may train at a time (workers/learner.py)."""
+    return lease(shared_engine(settings), LEARNER_LEASE, settings.data_dir, "learner.lock")

@@ -1,0 +1,176 @@
+"""The version store for processes that share no folder: versions, manifests, the pointer and its events in the
+database (core/database.py's tables), deltas in an object store under their SHA-256 (core/objects.py).
+
+A delta is uploaded first, then one transaction, under the database's writers lock, checks the parent, numbers the
+version, writes its manifest, moves the pointer and logs the event: a crash before it commits leaves only an object
+no manifest names, never a version that was not served, so this store has no orphans. Every change moves a counter
+in the pointer's row, which tells each process when to read its cached list and manifests again.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Any
+
+import torch
+from safetensors.torch import load as load_tensors
+from safetensors.torch import save as save_tensors
+from sqlalchemy import Connection, Engine, func, insert, select, update
+
+from core.database import lock_writers, version_events, version_pointer, versions
+from core.objects import CachedObjects
+from core.versions import MAX_VERSION, AlreadyCommitted, ParentMoved, UnknownVersion, VersionStore
+
+POINTER = 1  # the pointer's row
+EVENTS_SHOWN = 200
+READ_AHEAD = 500
+
+
+def delta_key(sha256: str) -> str:
+    return f"{sha256}.safetensors"
+
+
+class DatabaseVersionStore(VersionStore):
+    def __init__(self, engine: Engine, objects: CachedObjects) -> None:
+        super().__init__()
+        self.engine, self.objects = engine, objects
+
+    def _pointer(self, connection: Connection | None = None) -> tuple[int, int, int]:
+        """(current, changes, rewrites); all 0 before the first change."""
+        query = select(version_pointer.c.current, version_pointer.c.changes, version_pointer.c.rewrites).where(
+            version_pointer.c.id == POINTER)
+        if connection is not None:
+            row = connection.execute(query).first()
+        else:
+            with self.engine.connect() as own:
+                row = own.execute(query).first()
+        return tuple(row) if row else (0, 0, 0)
+
+    def _changed(self, connection: Connection, current: int | None = None, rewrote: bool = False) -> None:
+        """Move the pointer's counters (and the pointer, given `current`), in a writer's transaction."""
+        was, changes, rewrites = self._pointer(connection)
+        row = {"current": was if current is None else current, "changes": changes + 1,
+               "rewrites": rewrites + rewrote}
+        if connection.execute(update(version_pointer).where(version_pointer.c.id == POINTER).values(**row)).rowcount:
+            return
+        connection.execute(insert(version_pointer).values(id=POINTER, **row))
+
+    def _change(self) -> int:
+        return self._pointer()[1]
+
+    def _rewrite_count(self) -> int:
+        return self._pointer()[2]
+
+    def _stored(self, version: int) -> str | None:
+        with self.engine.connect() as connection:
+            return connection.execute(select(versions.c.manifest).where(versions.c.version == version)).scalar()
+
+    def _read_manifest(self, version: int) -> dict[str, Any] | None:
+        """`version`'s manifest, and the manifests of the READ_AHEAD versions below it that this process has not read
+        (a lineage is walked down through parents that are mostly one less: one query per READ_AHEAD, not per
+        version)."""
+        cache = self._manifests  # the copies this read may add to (dropped whole if a rewrite comes meanwhile)
+        with self.engine.connect() as connection:
+            rows = connection.execute(select(versions.c.version, versions.c.manifest).where(
+                versions.c.version.between(version - READ_AHEAD, version))).all()
+        stored = None
+        for number, text in rows:
+            if number == version:
+                stored = text
+            elif text and number not in cache:
+                cache[number] = json.loads(text)
+        if stored == "":
+            raise ValueError("emptied by erasure")
+        return None if stored is None else json.loads(stored)
+
+    def _listing(self) -> tuple[list[int], list[int]]:
+        with self.engine.connect() as connection:
+            every = list(connection.execute(select(versions.c.version).order_by(versions.c.version)).scalars())
+        return every, every
+
+    def current(self) -> int:
+        return self._pointer()[0]
+
+    def exists(self, version: int) -> bool:
+        return 0 <= version <= MAX_VERSION and (version == 0 or self._stored(version) is not None)
+
+    def reconcile(self) -> list[int]:
+        return []  # a version is written in the transaction that serves it
+
+    def manifest_mentions(self, version: int, text: str) -> bool:
+        return text in (self._stored(version) or "")
+
+    def empty_manifest(self, version: int) -> None:
+        self._rewrite(version, "")
+
+    def rewrite_manifest(self, version: int, manifest: dict[str, Any]) -> None:
+        self._rewrite(version, json.dumps(manifest))
+
+    def _rewrite(self, version: int, stored: str) -> None:
+        with self.engine.begin() as connection:
+            lock_writers(connection, before_reading=True)
+            changed = connection.execute(update(versions).where(versions.c.version == version).values(manifest=stored))
+            if not changed.rowcount:
+                raise UnknownVersion(f"version {version} does not exist")
+            self._changed(connection, rewrote=True)
+
+    def load_delta(self, version: int) -> dict[str, torch.Tensor]:
+        manifest = self.manifest(version)
+        key = delta_key(manifest["delta_sha256"])
+        for _ in range(2):  # a local copy that does not match is dropped and fetched again, once
+            data = self.objects.get(key)
+            if data is None:
+                if "erased_in" in manifest:
+                    return {}
+                raise ValueError(f"version {version}: its delta {key} is not in the object store")
+            if hashlib.sha256(data).hexdigest() == manifest["delta_sha256"]:
+                return load_tensors(data)
+            self.objects.forget(key)
+        raise ValueError(f"version {version}: delta does not match its manifest hash")
+
+    def drop_delta(self, version: int) -> None:
+        """Delete the delta, unless another version's manifest names the same bytes (content-addressed)."""
+        sha = self._manifest(version)["delta_sha256"]
+        with self.engine.connect() as connection:
+            others = connection.execute(select(func.count()).where(
+                versions.c.version != version, versions.c.manifest.contains(sha))).scalar()
+        if not others:
+            self.objects.delete(delta_key(sha))
+
+    def commit(self, parent: int, delta: dict[str, torch.Tensor], manifest: dict[str, Any], delta_file: str) -> int:
+        data = save_tensors({k: v.contiguous() for k, v in delta.items()})
+        sha = hashlib.sha256(data).hexdigest()
+        self.objects.put(delta_key(sha), data)  # before the version that names it
+        with self.engine.begin() as connection:
+            lock_writers(connection, before_reading=True)
+            if (current := self._pointer(connection)[0]) != parent:
+                raise ParentMoved(f"trained from version {parent}, but version {current} is now current")
+            for document_id in manifest["documents"]:
+                if (held := self.holding(document_id, parent)) is not None:
+                    raise AlreadyCommitted(document_id, held)
+            version = (connection.execute(select(func.max(versions.c.version))).scalar() or 0) + 1
+            full = {**manifest, "version": version, "parent": parent, "created_at": time.time(),
+                    "delta_file": delta_file, "delta_sha256": sha, "delta_bytes": len(data)}
+            connection.execute(insert(versions).values(version=version, parent=parent, manifest=json.dumps(full)))
+            self._move_pointer(connection, version, "commit")
+            return version
+
+    def activate(self, version: int, why: str = "activate") -> None:
+        with self.engine.begin() as connection:
+            lock_writers(connection, before_reading=True)
+            if not self.exists(version):
+                raise UnknownVersion(f"version {version} does not exist")
+            self._move_pointer(connection, version, why)
+
+    def _move_pointer(self, connection: Connection, version: int, why: str) -> None:
+        previous = self._pointer(connection)[0]
+        self._changed(connection, current=version)
+        connection.execute(insert(version_events).values(version=version, from_version=previous, event=why,
+                                                         at=time.time()))
+
+    def events(self) -> list[dict[str, Any]]:
+        with self.engine.connect() as connection:
+            rows = connection.execute(select(version_events).order_by(version_events.c.seq.desc())
+                                      .limit(EVENTS_SHOWN)).all()
+        return [{"version": r.version, "from": r.from_version, "event": r.event, "at": r.at} for r in reversed(rows)]
