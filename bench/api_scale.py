@@ -37,20 +37,26 @@ from sqlalchemy import insert
 from bench.server import find_redis_server, free_port, is_ready
 from bench.teach import percentile
 from core.database import documents as table
-from core.database import idempotency
+from core.database import idempotency, sqlite_url, version_pointer, versions
 from core.documents import DocumentStore, body_hash, columns, key_hash
 from core.lifecycle import FINAL
-from core.version_folders import FolderVersionStore, sha256_file
+from core.objects import S3Objects
+from core.settings import Settings
+from core.storage import open_versions
+from core.version_folders import sha256_file
+from core.version_tables import POINTER, delta_key
+from core.versions import VersionStore
 
 OWNERS = [f"key-{i}" for i in range(10)]
 LINKS_PER_FILE = 50_000  # ext4 allows 65,000 hard links to one file
 
 
-def fill(data: Path, n: int, batch: int = 5000) -> None:
+def fill(data: Path, n: int, objects: str | None = None, batch: int = 5000) -> None:
     """n documents as the learner leaves them: records written in batches straight into the store's tables, and a
     committed version per committed document (a tenth are rejected), each a real folder with a manifest as the
     learner writes it (the document's routing key and probe) and a delta file (hard links to a real int8 delta: the
-    bytes of a few files, the reads of every)."""
+    bytes of a few files, the reads of every). With an object store URL (`objects`), the versions are rows of the
+    database instead, and every manifest names one delta object (content-addressed: equal deltas are one object)."""
     from bench.scale import documents as made_documents
     from bench.scale import random_delta
     from core import routing
@@ -67,43 +73,73 @@ def fill(data: Path, n: int, batch: int = 5000) -> None:
     routing_fields = {"threshold": threshold, "rank": config.rank, "alpha": config.alpha,
                       "targets": list(config.targets), "layers": config.layers, "storage": config.storage}
     store, made, version, now = DocumentStore(data), made_documents(n), 0, time.time() - n
+    if objects:
+        S3Objects(objects).put(delta_key(digest), delta.read_bytes())
     with store.engine.begin() as connection:
         for start in range(0, n, batch):
-            records, keys = [], []
+            records, keys, rows = [], [], []
             for i in range(start, min(n, start + batch)):
                 _, text, probes = made[i]
-                body = {"text": text, "probes": [{"prompt": p, "answer": a} for p, a in probes], "method": "routed",
-                        "weighting": "train_attention", "owner": OWNERS[i % 10]}
-                record = {**body, "document_id": uuid.uuid4().hex[:16], "status": "committed", "attempts": 1,
-                          "created_at": now + i, "updated_at": now + i, "job_id": None, "version": None,
-                          "progress": {"step": 10, "steps": 10}, "error": None, "scores": None,
-                          "gate": {"decision": "commit", "reason": None},
-                          "timings": {"train_s": 6.0, "gate_s": 0.15, "score_before_s": 0.1}}
-                if i % 10 == 9:
-                    record.update(status="rejected", gate={"decision": "reject", "reason": "learned: 0.90 < 0.95"})
-                else:
+                body, record = made_record(i, text, probes, now + i)
+                if record["status"] == "committed":
                     version += 1
                     record["version"] = version
-                    folder = root / str(version)
-                    folder.mkdir()
-                    source = root / f"delta-{version // LINKS_PER_FILE}.safetensors"  # a file's links are capped
-                    if not source.exists():
-                        shutil.copyfile(delta, source)
-                    os.link(source, folder / "routed_lora.safetensors")
-                    (folder / "manifest.json").write_text(json.dumps({
+                    manifest = json.dumps({
                         "documents": [record["document_id"]], "method": "routed", "probes": body["probes"],
-                        "key": routing.key_for(text, probes, threshold), "routing": routing_fields,
-                        "namespace": "", "metrics": {"nf_acc": 1.0, "learned_acc": 1.0, "own_acc": 1.0},
-                        "gate": {"decision": "commit", "reason": None}, "version": version, "parent": version - 1,
-                        "created_at": now + i, "delta_file": "routed_lora.safetensors", "delta_sha256": digest,
-                        "delta_bytes": size}))
+                        "key": routing.key_for(text, probes, threshold), "routing": routing_fields, "namespace": "",
+                        "metrics": {"nf_acc": 1.0, "learned_acc": 1.0, "own_acc": 1.0}, "version": version,
+                        "gate": {"decision": "commit", "reason": None}, "parent": version - 1, "created_at": now + i,
+                        "delta_file": "routed_lora.safetensors", "delta_sha256": digest, "delta_bytes": size})
+                    if objects:
+                        rows.append({"version": version, "parent": version - 1, "manifest": manifest})
+                    else:
+                        folder_of(root, version, delta, manifest)
                 records.append(record)
                 keys.append({"key_hash": key_hash(f"k{i}"), "document_id": record["document_id"],
                              "body_sha256": body_hash(body)})
             connection.execute(insert(table), [{"seq": start + j + 1, **columns(r)} for j, r in enumerate(records)])
             connection.execute(insert(idempotency), keys)
+            if rows:
+                connection.execute(insert(versions), rows)
+        if objects:
+            connection.execute(insert(version_pointer).values(id=POINTER, current=version, changes=1, rewrites=0))
+            shutil.rmtree(root)
+            return
     (root / "CURRENT").write_text(f"{version}\n")
     (root / "served.json").write_text(json.dumps(list(range(1, version + 1))))
+
+
+def made_record(i: int, text: str, probes: list[tuple[str, str]], at: float) -> tuple[dict, dict]:
+    """The i-th document's body and record as the learner leaves it: every tenth rejected, the others committed."""
+    body = {"text": text, "probes": [{"prompt": p, "answer": a} for p, a in probes], "method": "routed",
+            "weighting": "train_attention", "owner": OWNERS[i % 10]}
+    record = {**body, "document_id": uuid.uuid4().hex[:16], "status": "committed", "attempts": 1,
+              "created_at": at, "updated_at": at, "job_id": None, "version": None,
+              "progress": {"step": 10, "steps": 10}, "error": None, "scores": None,
+              "gate": {"decision": "commit", "reason": None},
+              "timings": {"train_s": 6.0, "gate_s": 0.15, "score_before_s": 0.1}}
+    if i % 10 == 9:
+        record.update(status="rejected", gate={"decision": "reject", "reason": "learned: 0.90 < 0.95"})
+    return body, record
+
+
+def folder_of(root: Path, version: int, delta: Path, manifest: str) -> None:
+    """A version's folder: its manifest, and its delta a hard link to a copy of `delta`."""
+    folder = root / str(version)
+    folder.mkdir()
+    source = root / f"delta-{version // LINKS_PER_FILE}.safetensors"  # a file's links are capped
+    if not source.exists():
+        shutil.copyfile(delta, source)
+    os.link(source, folder / "routed_lora.safetensors")
+    (folder / "manifest.json").write_text(manifest)
+
+
+def opened(data: Path, objects: str | None, process: str) -> VersionStore:
+    """The version store the server on `data` uses, as another process opens it (`process`: its own data folder,
+    with an object store)."""
+    if objects is None:
+        return open_versions(Settings(data_dir=data))
+    return open_versions(Settings(data_dir=data / process, database_url=sqlite_url(data), object_store_url=objects))
 
 
 def apparent_bytes(data: Path) -> int:
@@ -145,10 +181,10 @@ def worker_jobs(env: dict[str, str], client: httpx.Client, document_ids: list[st
         worker.wait(30)
 
 
-def commit_s(data: Path) -> dict[str, float]:
+def commit_s(store: VersionStore) -> dict[str, float]:
     """One more commit on the filled store, from this process: with nothing read yet (a worker's first job), and
     again with the manifests it read kept (every later job)."""
-    store, seconds = FolderVersionStore(data / "versions"), {}
+    seconds = {}
     for run in ("first", "next"):
         parent = store.current()
         clock = time.perf_counter()
@@ -203,10 +239,11 @@ def timed(call, count: int) -> dict[str, float]:
     return {"p50_ms": round(1000 * percentile(seconds, 0.5), 1), "p95_ms": round(1000 * percentile(seconds, 0.95), 1)}
 
 
-def after_changes(client: httpx.Client, data: Path, document_id: str, changes: int) -> dict[str, dict[str, float]]:
+def after_changes(client: httpx.Client, store: VersionStore, document_id: str,
+                  changes: int) -> dict[str, dict[str, float]]:
     """GET /documents/{id} and /health/forgetting, each right after a new version (committed from this process, as
     the server sees a worker's commit): what a version change costs the next read."""
-    store, ms = FolderVersionStore(data / "versions"), {"get_document_after_change": [], "health_forgetting_after_change": []}
+    ms: dict[str, list[float]] = {"get_document_after_change": [], "health_forgetting_after_change": []}
     for i in range(changes):
         store.commit(store.current(), {"x": torch.zeros(1)}, {"documents": [f"bench-change-{i}"], "method": "routed",
                                                               "probes": [], "key": {}}, "routed_lora.safetensors")
@@ -226,17 +263,19 @@ def posted_id(client: httpx.Client, i: int) -> str:
     return client.post("/documents", json=posted(i)).json()["document_id"]  # its key gives its record back
 
 
-def measure(n: int, models_dir: Path, requests: int, worker_timeout_s: float) -> dict:
+def measure(n: int, models_dir: Path, requests: int, worker_timeout_s: float, objects: str | None = None) -> dict:
     import psutil
 
     with tempfile.TemporaryDirectory() as tmp, redis_without_worker() as redis_url:
         data = Path(tmp)
         clock = time.perf_counter()
-        fill(data, n)
+        fill(data, n, objects)
         fill_s = time.perf_counter() - clock
         port = free_port()
         env = {**os.environ, "CKL_DATA_DIR": tmp, "CKL_MODEL_CACHE_DIR": str(models_dir), "CKL_PORT": str(port),
-               "CKL_REDIS_URL": redis_url, "CKL_QUEUE_NAME": f"scale-{uuid.uuid4().hex[:8]}"}
+               "CKL_REDIS_URL": redis_url, "CKL_QUEUE_NAME": f"scale-{uuid.uuid4().hex[:8]}",
+               **({"CKL_OBJECT_STORE_URL": objects} if objects else {})}
+        store = opened(data, objects, "bench")
         clock = time.perf_counter()
         server = subprocess.Popen([sys.executable, "-m", "ckl", "serve"], env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -248,7 +287,7 @@ def measure(n: int, models_dir: Path, requests: int, worker_timeout_s: float) ->
                 time.sleep(0.1)
             ready_s = time.perf_counter() - clock
             with httpx.Client(base_url=url, timeout=60) as client:
-                row = {"documents": n, "versions": FolderVersionStore(data / "versions").current(),
+                row = {"documents": n, "versions": store.current(), "store": "database + S3" if objects else "folders",
                        "fill_s": round(fill_s, 1), "start_to_ready_s": round(ready_s, 1),
                        "list_first_page": timed(lambda _: client.get("/documents?limit=50"), requests),
                        "list_last_page": timed(lambda _: client.get(f"/documents?limit=50&offset={n - 50}"), requests),
@@ -259,7 +298,7 @@ def measure(n: int, models_dir: Path, requests: int, worker_timeout_s: float) ->
                 row["get_document"] = timed(lambda _: client.get(f"/documents/{first}"), max(3, requests // 10))
                 row["health_forgetting"] = timed(lambda _: client.get("/health/forgetting"), requests)  # a page
                 row["versions"] = timed(lambda _: client.get("/versions"), requests)  # the newest page
-                row.update(after_changes(client, data, first, max(3, requests // 10)))
+                row.update(after_changes(client, store, first, max(3, requests // 10)))
                 row["api_rss_mb"] = round(psutil.Process(server.pid).memory_info().rss / 2**20)
                 # A worker that starts on the store (no scores saved: it scores only the learned facts its
                 # candidate may move), then one started again after it committed (it reads the scores the first
@@ -274,16 +313,18 @@ def measure(n: int, models_dir: Path, requests: int, worker_timeout_s: float) ->
                     if committed := sum(job["status"] == "committed" for job in [row["worker_cold"], *jobs]):
                         # the version at start, then one per commit
                         row["generate_after_swap"] = answers_after_swap(client, 1 + committed)
-            row["disk_gb"] = round(apparent_bytes(data) / 1e9, 2)
+            if not objects:
+                row["disk_gb"] = round(apparent_bytes(data) / 1e9, 2)
         finally:
             server.terminate()
             server.wait(30)
-        return {**row, **commit_s(data)}
+        return {**row, **commit_s(opened(data, objects, "bench-commits"))}
 
 
-def api_rows(counts: list[int], models_dir: Path, requests: int, worker_timeout_s: float) -> list[dict]:
+def api_rows(counts: list[int], models_dir: Path, requests: int, worker_timeout_s: float,
+             objects: str | None = None) -> list[dict]:
     rows = []
     for n in counts:
-        rows.append(measure(n, models_dir, requests, worker_timeout_s))
+        rows.append(measure(n, models_dir, requests, worker_timeout_s, objects))
         print(json.dumps(rows[-1]), flush=True)
     return rows

@@ -25,12 +25,14 @@ import string
 import tempfile
 import time
 import tracemalloc
+from contextlib import ExitStack
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from bench.api_scale import api_rows
+from bench.server import new_bucket, s3_server
 from bench.teach import general_prompts, percentile
 from core import routing
 from core.settings import Settings
@@ -184,6 +186,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--api-requests", type=int, default=40, help="requests per endpoint and size")
     parser.add_argument("--worker-timeout", type=float, default=900,
                         help="seconds a worker on the filled store may take for its document")
+    parser.add_argument("--api-object-store", action="store_true", help=(
+        "with --api: versions in the database and deltas in moto's S3 server, started here (no shared folder)"))
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     settings = Settings()
@@ -196,7 +200,12 @@ def main(argv: list[str]) -> None:
         print(json.dumps(row), flush=True)
     files = deltas(settings, args.delta_files)
     print(json.dumps(files), flush=True)
-    api = api_rows(args.documents, settings.models_dir, args.api_requests, args.worker_timeout) if args.api else []
+    api = []
+    if args.api:
+        with ExitStack() as stack:
+            objects = new_bucket(stack.enter_context(s3_server(Path(tempfile.mkdtemp()) / "moto.log"))) \
+                if args.api_object_store else None
+            api = api_rows(args.documents, settings.models_dir, args.api_requests, args.worker_timeout, objects)
     out = args.out or RESULTS_ROOT / f"scale-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     results = {"routing": rows, "deltas": files, "api": api, "resident": config.resident, "zipf_s": 1.0,

@@ -23,9 +23,10 @@ def free_port() -> int:
 
 @contextmanager
 def running_server(models_dir: Path, timeout_s: float = 600, env: dict[str, str] | None = None,
-                   prepare: Callable[[Path], None] | None = None) -> Iterator[str]:
+                   prepare: Callable[[Path], None] | None = None, workers: int = 0) -> Iterator[str]:
     """The URL of a ready server (embedded worker) that uses the converted model in `models_dir`; `env` adds
-    settings; `prepare` fills its fresh data folder before it starts."""
+    settings; `prepare` fills its fresh data folder before it starts; `workers`: that many `ckl worker` processes
+    beside it, one PyTorch thread each (`env` names the Redis queue)."""
     with tempfile.TemporaryDirectory() as data:
         if prepare is not None:
             prepare(Path(data))
@@ -35,20 +36,38 @@ def running_server(models_dir: Path, timeout_s: float = 600, env: dict[str, str]
         server = subprocess.Popen([sys.executable, "-m", "ckl", "serve"], env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{port}"
+        learners = [subprocess.Popen([sys.executable, "-m", "ckl", "worker"], env={**env, "OMP_NUM_THREADS": "1"},
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(workers)]
         try:
             deadline = time.monotonic() + timeout_s
             while not is_ready(url):
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise RuntimeError("the server did not become ready")
                 time.sleep(0.5)
+            while workers and listening(env) < workers:  # their model loaded and warmed: timed from the first job
+                if time.monotonic() > deadline or any(learner.poll() is not None for learner in learners):
+                    raise RuntimeError("the workers did not start")
+                time.sleep(0.5)
             yield url
         finally:
+            for learner in learners:
+                learner.kill()
+                learner.wait(30)
             server.terminate()
             try:
                 server.wait(30)
             except subprocess.TimeoutExpired:  # a job in training may hold it past the grace period
                 server.kill()
                 server.wait(30)
+
+
+def listening(env: dict[str, str]) -> int:
+    """How many `ckl worker`s take jobs from the queue `env` names."""
+    from redis import Redis
+    from rq import Queue, Worker
+
+    connection = Redis.from_url(env["CKL_REDIS_URL"])
+    return Worker.count(connection=connection, queue=Queue(env.get("CKL_QUEUE_NAME", "ckl"), connection=connection))
 
 
 def is_ready(url: str) -> bool:

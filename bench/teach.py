@@ -29,6 +29,7 @@ import argparse
 import json
 import statistics
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
@@ -98,16 +99,22 @@ def facts_of(documents: list[dict]) -> list[dict]:
     return facts
 
 
-def teach(url: str, documents: list[dict], method: str | None, weighting: str | None, probes: bool) -> list[dict]:
-    rows = []
-    for i, doc in enumerate(documents):
-        started = time.perf_counter()
+def teach(url: str, documents: list[dict], method: str | None, weighting: str | None, probes: bool,
+          at_once: bool = False) -> list[dict]:
+    """Each document posted once the one before is final; `at_once`: all posted first (workers that learn side by
+    side), a document's seconds then counted from the first post."""
+    def post(doc: dict) -> str:
         sent = [fact["probe"] for fact in facts_of([doc])] if probes else []
         body = {"text": doc["text"], "probes": sent,
                 **({"method": method} if method else {}), **({"weighting": weighting} if weighting else {})}
         r = httpx.post(f"{url}/documents", json=body, timeout=60)
         r.raise_for_status()
-        record = wait_for_document(url, r.json()["document_id"])
+        return r.json()["document_id"]
+    rows, first = [], time.perf_counter()
+    posted = [post(doc) for doc in documents] if at_once else []
+    for i, doc in enumerate(documents):
+        started = first if at_once else time.perf_counter()
+        record = wait_for_document(url, posted[i] if at_once else post(doc), timeout_s=3600)
         seconds = time.perf_counter() - started
         nf = httpx.get(f"{url}/health/forgetting", timeout=60).json()["not_to_forget"]["acc_now"]
         rows.append({"document": i, "status": record["status"], "seconds": round(seconds, 2),
@@ -155,12 +162,12 @@ def replaced(documents: list[dict], facts: list[dict]) -> list[bool]:
 
 
 def run(url: str, documents: list[dict], method: str | None, weighting: str | None = None, probes: bool = True,
-        lama: Path | None = None, modes: tuple[str, ...] = ("weights",)) -> dict:
+        lama: Path | None = None, modes: tuple[str, ...] = ("weights",), at_once: bool = False) -> dict:
     prompts = general_prompts()
     before = [complete(url, p) for p in prompts]
     lama_set = lama_probes(lama, url) if lama else []
     neighbours = {prompt: complete(url, prompt) for doc in documents for prompt in doc.get("neighbours", [])}
-    rows = teach(url, documents, method, weighting, probes)
+    rows = teach(url, documents, method, weighting, probes, at_once)
     neighbours_after = {prompt: complete(url, prompt) for prompt in neighbours}
     facts = facts_of(documents)
     gone = replaced(documents, facts)
@@ -187,6 +194,7 @@ def run(url: str, documents: list[dict], method: str | None, weighting: str | No
         "rejected": sum(row["status"] == "rejected" for row in rows),
         "failed": sum(row["status"] == "failed" for row in rows),
         "post_to_final_s": {"p50": percentile(seconds, 0.5), "p95": percentile(seconds, 0.95)},
+        "documents_per_hour": round(3600 * len(rows) / (max(seconds) if at_once else sum(seconds)), 1),
         "gate_s": {"p50": percentile(gate, 0.5), "p95": percentile(gate, 0.95)} if gate else None,
         # The committed documents' current facts, answered with the knowledge as weights.
         "reliability": summary(committed, ("weights",))["weights"]["rel"],
@@ -255,6 +263,9 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--fill", type=int, default=0,
                         help="the fresh data folder first holds this many synthetic documents, committed as "
                              "`ckl bench scale --api` makes them (teaching on a large store)")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="learn in this many `ckl worker` processes (one PyTorch thread each, a Redis queue), all "
+                             "documents posted at once; 0: the server's embedded learner, one document at a time")
     parser.add_argument("--out", type=Path, default=RESULTS_ROOT / "teach")
     args = parser.parse_args(argv)
     if args.lama_passages:
@@ -263,18 +274,22 @@ def main(argv: list[str]) -> None:
         facts = [json.loads(line) for line in args.facts.read_text().splitlines() if line.strip()][: args.n]
     modes = tuple(args.modes.split(",")) if args.modes else MODES if args.retrieval else ("weights",)
     second_nf = None if args.lama_passages else args.lama  # the passages' rows are what is taught
-    started = time.time()
+    started, at_once = time.time(), args.workers > 0
     if args.url:
         summary = run(args.url, facts, args.method, args.weighting, not args.no_probes, second_nf, modes)
     else:
-        from bench.api_scale import fill
+        from bench.api_scale import fill, redis_without_worker
         from core.settings import Settings
 
-        with running_server(Settings().models_dir, prepare=(lambda data: fill(data, args.fill)) if args.fill else None,
-                            timeout_s=1800) as url:
-            summary = run(url, facts, args.method, args.weighting, not args.no_probes, second_nf, modes)
+        with ExitStack() as stack:
+            env = {"CKL_REDIS_URL": stack.enter_context(redis_without_worker())} if at_once else {}
+            url = stack.enter_context(running_server(
+                Settings().models_dir, prepare=(lambda data: fill(data, args.fill)) if args.fill else None,
+                timeout_s=1800, env=env, workers=args.workers))
+            summary = run(url, facts, args.method, args.weighting, not args.no_probes, second_nf, modes, at_once)
     summary |= {"command": "ckl bench teach " + " ".join(argv), "git_commit": git_commit(),
-                "facts_file": str(args.facts), "filled": args.fill, "wall_s": round(time.time() - started)}
+                "facts_file": str(args.facts), "filled": args.fill, "workers": args.workers,
+                "wall_s": round(time.time() - started)}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(summary, indent=2))
     plot(summary, args.out / "teach.png")

@@ -106,8 +106,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
         print("loading the model...", file=sys.stderr, flush=True)
         loaded = load_model(settings, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
         serving = ServingModel(loaded, settings)
-        versions = open_versions(settings)
-        install_committed(serving, versions, versions.current())  # the knowledge committed in this data folder
+        install_committed(serving, versions := open_versions(settings), versions.current())  # the knowledge committed
         ids = loaded.tokenizer(args.prompt)["input_ids"]
         result = vars(generate(serving, ids, SamplingParams(args.max_new_tokens, args.temperature, args.top_p, (),
                                                             args.seed)))

@@ -57,6 +57,10 @@ class TrainingSettings(BaseSettings):
         "A phi checkpoint (path without suffix); default: the packaged one for the default model."))
     weight_threshold: float = Field(0.1, ge=0, lt=1, description=(
         "phi's weights below this share of the document's largest weight count as 0: no LM-head logits for them."))
+    parallel: bool = Field(True, description=(
+        "The learners of several workers train at once, each from the version current when it began; a candidate "
+        "whose parent moved is committed on the new version where the versions committed meanwhile cannot meet it, "
+        "else trained again (workers/stages/rebase.py). Off: they take turns on a lease, one job at a time."))
 
 
 class LimitsSettings(BaseSettings):

@@ -69,6 +69,17 @@ def test_two_apis_and_two_workers_share_one_redis_and_one_data_folder(tiny_model
             process.kill(signal.SIGTERM)
 
 
+def first_served(apis: list[Server], version: int) -> list[float]:
+    """When each API first said it serves `version` (polled every 50 ms)."""
+    served: dict[str, float] = {}
+    while len(served) < len(apis):
+        for api in apis:
+            if api.url not in served and httpx.get(f"{api.url}/ready").json()["knowledge_version"] == version:
+                served[api.url] = time.time()
+        time.sleep(0.05)
+    return list(served.values())
+
+
 def test_two_apis_and_three_workers_with_no_shared_folder_lose_nothing_when_one_of_each_is_killed(
         tiny_model_dir, redis_url, tmp_path, postgres_url, object_store_url):
     """Each process has a data folder of its own (caches only): records, versions and probe suites in PostgreSQL,
@@ -117,14 +128,8 @@ def test_two_apis_and_three_workers_with_no_shared_folder_lose_nothing_when_one_
         assert_each_document_committed_once(store, ids)  # one version each, no two from one parent
 
         version = wait_for_document(apis[0].url, teach(apis[0].url, fact("ostrel", "kell")), timeout_s=120)["version"]
-        served = {}
-        while len(served) < len(apis):  # when each API first serves it, against when it was committed
-            for api in apis:
-                if api.url not in served and httpx.get(f"{api.url}/ready").json()["knowledge_version"] == version:
-                    served[api.url] = time.time()
-            time.sleep(0.05)
         committed_at = store.manifest(version)["created_at"]
-        assert all(at - committed_at <= 2.0 for at in served.values()), (committed_at, served)
+        assert all(at - committed_at <= 2.0 for at in first_served(apis, version)), committed_at
         for body in bodies:  # each answers from the same deltas, fetched from the object store
             first, second = (answer(api.url, body["probes"][0]["prompt"]) for api in apis)
             assert first["text"] == second["text"] and first["knowledge_version"] == version

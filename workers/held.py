@@ -84,6 +84,16 @@ class Held:
         self.loaded, self.scores, self.scored = version, scores, (version, self.reach)
         self.write_scores(version)
 
+    def rebased(self, version: int, onto: int, moved: dict[Probe, float]) -> None:
+        """The candidate was committed as `version` on `onto`, not on the version it was trained from: the methods
+        hold it no more. Its scores are `onto`'s, where they were saved, with the candidate's of the probes it moved
+        (`moved`): routed alike from either version (workers/stages/rebase.py), and the rest it cannot move. Saved,
+        so the next job from `version` does not score them again."""
+        self.forget_loaded()
+        if saved := self._read_scores(onto):
+            self.scores, self.scored = {**saved, **moved}, (version, self.reach)
+            self.write_scores(version)
+
     def _ensure_suites(self) -> None:
         """The NF suite and the general prompts' continuations, made on version 0 the first time."""
         if self.suites.nf_suite() is None or self.suites.general() is None:

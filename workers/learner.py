@@ -2,13 +2,15 @@
 
 prepare (the parent's state and scores, the candidate begun) -> weigh (the examples) -> train -> the gate's verdict
 -> commit or reject. A removal (DELETE /documents/{id}) runs the same stages with `remove` in place of weigh and
-train (stages/removal.py). Updates are strictly sequential: a candidate names the version it was trained from, and
-the store refuses the commit if another version became current meanwhile; the job then runs again from there.
+train (stages/removal.py). Versions are strictly sequential: a candidate names the version it was trained from, and
+the store refuses the commit if another version became current meanwhile; the candidate is then committed on the new
+version where what was committed meanwhile cannot meet it (stages/rebase.py), else the job runs again from there.
 Statuses move only through the store's `move` (core/lifecycle.py)."""
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 import methods  # noqa: F401  (registers every method folder)
@@ -43,10 +45,8 @@ class Learner:
     def __init__(self, settings: Settings, loaded: LoadedModel | None = None,
                  publish: Callable[[int], None] | None = None, busy: Callable[[], bool] | None = None) -> None:
         loaded = loaded or load_model(settings)
-        self.model, root = loaded.model, settings.data_dir
-        self.documents = DocumentStore(root, settings.database_url)
-        self.versions = open_versions(settings)
-        self.suites = open_suites(settings)
+        self.model, self.documents = loaded.model, DocumentStore(settings.data_dir, settings.database_url)
+        self.versions, self.suites = open_versions(settings), open_suites(settings)
         self.held = Held(settings, loaded.model, loaded.tokenizer, loaded.name, self.versions, self.suites)
         # Rests between training steps and after each phase of a job while the API of this process decodes
         # (embedded: one machine for both).
@@ -55,7 +55,8 @@ class Learner:
                            self.held, Scorer(loaded.model, loaded.tokenizer, self.held, self.rests),
                            Weigher(settings, loaded.model, loaded.tokenizer, loaded.name, self.held.method),
                            self.rests, publish or (lambda version: None))
-        self.lease = learner_lease(settings)
+        self.turns = learner_lease(settings)  # warming up is one at a time; jobs too unless training in parallel
+        self.lease = nullcontext() if settings.training.parallel else self.turns
         map_large_blocks()  # a long document's steps would otherwise leave their transients in RSS
 
     @property
@@ -69,13 +70,12 @@ class Learner:
         """Before any document, what a first job would find missing made now (stages/prepare.py: warm). The embedded
         learner does it right after start, at idle priority (workers/job.warm_learner), so a first document under
         load starts where any later one does."""
-        with self.lease:
+        with self.turns:
             prepare.warm(self.parts)
 
     def learn(self, document_id: str) -> Status:
-        """Run the job for one document; returns its final status. One learner at a time per data folder holds
-        the lease: a second worker waits for it, then finds the document finished or trains from the version
-        the first one committed (training in parallel would only be thrown away when the parent moves)."""
+        """Run the job for one document; returns its final status. Learners of several workers train at once (see
+        above); with CKL_TRAINING_PARALLEL off, one at a time per store holds the lease and a second waits for it."""
         with self.lease:
             record = self.documents.get(document_id)
             if record["status"] in FINAL:

@@ -10,11 +10,15 @@ from core import faults, registry
 from core.lifecycle import Status
 from core.namespaces import namespace_of
 from core.scoring import accuracy
+from core.versions import ParentMoved
 from workers import gate
 from workers.run import RetryAfterRejection, Run
+from workers.stages import rebase
 from workers.stages.parts import Parts
 from workers.stages.scoring import Scores
 from workers.stages.verdict import evaluate, general_drift
+
+MAX_REBASES = 3
 
 
 def finish(parts: Parts, run: Run, probes: list[dict[str, str]],
@@ -65,10 +69,23 @@ def commit(parts: Parts, run: Run, scores: Scores, probes: list[dict[str, str]],
                 "namespace": namespace_of(run.record), **outcome, **({"key": begun.key} if begun else {}),
                 **run.method.manifest_fields()}
     faults.kill_point("before_commit")
-    version = parts.versions.commit(run.parent, run.method.delta(), manifest, spec.delta_file)
+    parent, delta = run.parent, run.method.delta()
+    for _ in range(MAX_REBASES):
+        try:
+            version = parts.versions.commit(parent, delta, manifest, spec.delta_file)
+            break
+        except ParentMoved:  # another worker committed: on top of its version if they cannot meet, else again
+            if (parent := rebase.onto(parts, run)) is None:
+                raise
+            manifest["rebased_from"] = run.parent
+    else:
+        raise ParentMoved(f"the current version kept moving during {MAX_REBASES} rebases")
     faults.kill_point("after_commit")
     run.method.committed(version)
-    parts.held.committed(version, scores)
+    if parent == run.parent:
+        parts.held.committed(version, scores)
+    else:  # what the learner holds is its parent's table with the candidate: not the new version's
+        parts.held.rebased(version, parent, {p: s for p, s in scores.items() if p.asked in run.moved})
     run.timings["commit_s"] = time.perf_counter() - clock
     on_commit(version)
     parts.documents.move(run.doc_id, Status.COMMITTED, version=version, timings=run.rounded_timings(), **outcome)
