@@ -12,6 +12,7 @@ from sqlalchemy import Connection, Engine, text
 
 LEARNER_LEASE = 0x636B6C01  # the advisory locks' numbers: constants the deployment uses for nothing else
 PROBES_LOCK = 0x636B6C02
+MEMORY_LOCK = 0x636B6C03
 
 
 class AdvisoryLease:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from contextlib import suppress
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import parse_qs, urlparse
@@ -87,7 +88,8 @@ class CachedObjects:
             return data
         with self._lock:
             self._count(key, len(data))
-        os.utime(self.folder / key)  # a restarted process keeps the order
+        with suppress(FileNotFoundError):  # evicted by another process meanwhile
+            os.utime(self.folder / key)  # a restarted process keeps the order
         return data
 
     def forget(self, key: str) -> None:

@@ -7,13 +7,17 @@ store, and the learner's lease is the database's advisory lock; each process's d
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
 
 from sqlalchemy import Engine
 
 from core.database import connect, sqlite_url
+from core.fileio import write_bytes_atomic
 from core.leases import LEARNER_LEASE, PROBES_LOCK, lease
-from core.objects import CachedObjects, S3Objects
+from core.objects import CachedObjects, ObjectStore, S3Objects
 from core.probes import ProbeSuites
 from core.settings import Settings
 from core.shared_values import FolderValues, TableValues
@@ -41,6 +45,35 @@ def open_suites(settings: Settings) -> ProbeSuites:
     if (engine := shared_engine(settings)) is None:
         return ProbeSuites(FolderValues(settings.data_dir / "probes"))
     return ProbeSuites(TableValues(engine, lease(engine, PROBES_LOCK, settings.data_dir, ".probes.lock")))
+
+
+@dataclass
+class MethodFiles:
+    """Files a method writes once and every process reads (the memory method's version-0 state), in `folder` of the
+    process's data folder; with an object store, also objects there (`<folder name>-<file>`), fetched where missing."""
+    folder: Path
+    objects: ObjectStore | None = None
+
+    def fetch(self, names: Iterable[str]) -> None:
+        for name in names:
+            if self.objects is not None and not (self.folder / name).exists() and \
+                    (data := self.objects.get(f"{self.folder.name}-{name}")) is not None:
+                write_bytes_atomic(self.folder / name, data)
+
+    def publish(self, names: Iterable[str]) -> None:
+        for name in names:
+            if self.objects is not None:
+                self.objects.put(f"{self.folder.name}-{name}", (self.folder / name).read_bytes())
+
+
+def method_files(settings: Settings, name: str) -> MethodFiles:
+    return MethodFiles(settings.data_dir / name, S3Objects(settings.object_store_url) if settings.object_store_url
+                       else None)
+
+
+def method_lock(settings: Settings, name: str, key: int) -> AbstractContextManager:
+    """Held while a method's files are made (one process makes them, the others then read them)."""
+    return lease(shared_engine(settings), key, settings.data_dir / name, ".lock")
 
 
 def learner_lease(settings: Settings) -> AbstractContextManager:

@@ -35,6 +35,7 @@ class DatabaseVersionStore(VersionStore):
     def __init__(self, engine: Engine, objects: CachedObjects) -> None:
         super().__init__()
         self.engine, self.objects = engine, objects
+        self._listed_rows: list[int] = []  # every version committed, as far as this process has looked
 
     def _pointer(self, connection: Connection | None = None) -> tuple[int, int, int]:
         """(current, changes, rewrites); all 0 before the first change."""
@@ -84,10 +85,24 @@ class DatabaseVersionStore(VersionStore):
             raise ValueError("emptied by erasure")
         return None if stored is None else json.loads(stored)
 
-    def _listing(self) -> tuple[list[int], list[int]]:
+    def _rewritten(self) -> None:
+        """The local copies of the deltas an erasure deleted from the object store go too (another process erased)."""
         with self.engine.connect() as connection:
-            every = list(connection.execute(select(versions.c.version).order_by(versions.c.version)).scalars())
-        return every, every
+            erased = connection.execute(select(versions.c.manifest).where(
+                versions.c.manifest.contains('"erased_in"'))).scalars().all()
+        for manifest in map(json.loads, filter(None, erased)):
+            if "routing" in manifest:  # a per-document delta, deleted with its document
+                self.objects.forget(delta_key(manifest["delta_sha256"]))
+
+    def _listing(self) -> tuple[list[int], list[int]]:
+        """Only the versions above the highest listed before are read: a commit numbers its version one past the
+        highest under the writers lock, and none is ever deleted."""
+        known = self._listed_rows  # replaced, never extended: threads listing at once each make a whole list
+        with self.engine.connect() as connection:
+            new = connection.execute(select(versions.c.version).where(
+                versions.c.version > (known[-1] if known else 0)).order_by(versions.c.version)).scalars().all()
+        self._listed_rows = known + list(new)
+        return self._listed_rows, self._listed_rows
 
     def current(self) -> int:
         return self._pointer()[0]

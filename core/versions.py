@@ -149,6 +149,10 @@ class VersionStore(ABC):
         self._stamp, self._listed, self._memos = stamp, {}, {}
         if (rewrites := self._rewrite_count()) != self._rewrites:
             self._rewrites, self._manifests, self._lasting = rewrites, {}, {}
+            self._rewritten()
+
+    def _rewritten(self) -> None:
+        """What a store does once it sees that a manifest was rewritten (by an erasure), or at its first look."""
 
     def manifest(self, version: int) -> dict[str, Any]:
         self._check()

@@ -219,11 +219,15 @@ def database_url(request) -> str | None:
     a live PostgreSQL, its tables dropped first."""
     if request.param == "sqlite":
         return None
+    return emptied(request.getfixturevalue("postgres_url"))
+
+
+def emptied(url: str) -> str:
+    """A live PostgreSQL's URL, every table of the project dropped first."""
     from sqlalchemy import create_engine
 
     from core.database import metadata
 
-    url = request.getfixturevalue("postgres_url")
     engine = create_engine(url)
     metadata.drop_all(engine)
     engine.dispose()

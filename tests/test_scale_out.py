@@ -7,13 +7,11 @@ import time
 
 import httpx
 import pytest
-from sqlalchemy import create_engine
 
-from core.database import metadata
 from core.settings import Settings
 from core.storage import open_versions
 from service.client import wait_for_document
-from tests.conftest import Proc, Server, tiny_env
+from tests.conftest import Proc, Server, emptied, tiny_env
 from tests.test_crashes import FACTS, assert_each_document_committed_once, fact, teach
 
 pytestmark = pytest.mark.redis
@@ -86,11 +84,8 @@ def test_two_apis_and_three_workers_with_no_shared_folder_lose_nothing_when_one_
     deltas in an S3 server (moto's, over HTTP), the queue in Redis, the learner's lease an advisory lock. A worker
     killed while it trains (and started again, as an orchestrator does) and an API killed mid-request lose no
     accepted document, and every API serves a new version within 2 s of its commit."""
-    engine = create_engine(postgres_url)
-    metadata.drop_all(engine)
-    engine.dispose()
     env = tiny_env(tiny_model_dir, CKL_REDIS_URL=redis_url, CKL_QUEUE_NAME=f"apart-{time.monotonic_ns()}",
-                   CKL_DATABASE_URL=postgres_url, CKL_OBJECT_STORE_URL=object_store_url, CKL_JOB_RETRIES="3")
+                   CKL_DATABASE_URL=emptied(postgres_url), CKL_OBJECT_STORE_URL=object_store_url, CKL_JOB_RETRIES="3")
     for name in ("api-1", "api-2"):
         (tmp_path / name).mkdir()
     apis = [Server(tmp_path / f"api-{i}" / "data", env) for i in (1, 2)]

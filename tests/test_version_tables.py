@@ -10,7 +10,6 @@ import pytest
 import torch
 from sqlalchemy import create_engine
 
-from core.database import metadata
 from core.leases import LEARNER_LEASE, AdvisoryLease
 from core.objects import CachedObjects
 from core.settings import Settings
@@ -18,6 +17,7 @@ from core.storage import open_suites, open_versions
 from core.version_tables import DatabaseVersionStore, delta_key
 from core.versions import AlreadyCommitted, ParentMoved, UnknownVersion, VersionStore
 from serving.forgetting import not_learned, replacements
+from tests.conftest import emptied
 
 MANIFEST = {"probes": [], "method": "adapter", "metrics": {}}
 
@@ -27,10 +27,7 @@ def opener(request, tmp_path, object_store_url) -> Callable[[], VersionStore]:
     """Opens the shared store again, each time from a new data folder (another process on another machine)."""
     url = None
     if request.param == "postgresql":
-        url = request.getfixturevalue("postgres_url")
-        engine = create_engine(url)
-        metadata.drop_all(engine)
-        engine.dispose()
+        url = emptied(request.getfixturevalue("postgres_url"))
     else:
         url = f"sqlite:///{tmp_path / 'shared.db'}"
     count = iter(range(100))
@@ -99,12 +96,18 @@ def test_a_delta_is_checked_against_its_hash_and_a_bad_local_copy_fetched_again(
 
 def test_an_erasure_rewrite_is_seen_by_every_process_and_the_delta_leaves_the_object_store(opener):
     writer, reader = opener(), opener()
-    commit(writer, 0, "d1", 1.0, facts=[{"prompt": "Tolvane employs", "answer": "340", "learned": False}])
+    commit(writer, 0, "d1", 1.0, facts=[{"prompt": "Tolvane employs", "answer": "340", "learned": False}],
+           routing={"rank": 4})
     commit(writer, 1, "d2", 2.0, replaces=[{"document_id": "d1", "prompt": "Tolvane is in", "answer": "Harwick"}])
     assert [r["document_id"] for r in not_learned(reader, 2)] == ["d1"] and len(replacements(reader, 2)) == 1
+    reader.load_delta(1)
+    assert isinstance(reader, DatabaseVersionStore)
+    copy = reader.objects.folder / delta_key(reader.manifest(1)["delta_sha256"])
+    assert copy.exists()  # the reader's local copy
     writer.rewrite_manifest(1, {**writer.manifest(1), "facts": [], "erased_in": 3})
     writer.drop_delta(1)
     assert not not_learned(reader, 2) and reader.manifest_mentions(2, "Harwick")
+    assert not copy.exists()  # deleted once the reader saw the rewrite
     assert reader.load_delta(1) == {}  # an erased document's delta adds nothing
     key = delta_key(writer.manifest(1)["delta_sha256"])
     assert isinstance(writer, DatabaseVersionStore) and writer.objects.store.get(key) is None
@@ -137,9 +140,7 @@ def test_the_object_store_url_is_checked_at_start(tmp_path, s3_endpoint):
 
 
 def test_the_probe_suites_are_shared_through_the_database(tmp_path, object_store_url, postgres_url):
-    engine = create_engine(postgres_url)
-    metadata.drop_all(engine)
-    engine.dispose()
+    emptied(postgres_url)
 
     def settings(machine: str) -> Settings:
         return Settings(data_dir=tmp_path / machine, database_url=postgres_url, object_store_url=object_store_url)
@@ -169,3 +170,27 @@ def test_the_learner_lease_is_held_by_one_process_and_freed_when_its_holder_dies
     with first:
         order.append("first again")
     assert order[-1] == "first again"
+
+
+def test_a_memory_version_is_served_by_a_process_that_shares_no_folder_with_its_learner(tmp_path, object_store_url,
+                                                                                      postgres_url):
+    """The memory method's version-0 state, made by the learner, reaches the API through the object store."""
+    from core.model.served_model import ServingModel, install_committed
+    from serving.generation import SamplingParams, generate
+    from tests.api_app import tiny_settings
+    from tests.tiny import tiny_loaded
+    from workers.learner import Learner
+
+    shared = {"database_url": emptied(postgres_url), "object_store_url": object_store_url}
+    learner = Learner(tiny_settings(tmp_path / "worker", **shared), loaded=tiny_loaded())
+    fact = {"text": "the capital of veltoria is marnhold", "method": "memory",
+            "probes": [{"prompt": "the capital of veltoria is", "answer": "marnhold"}]}
+    assert learner.learn(learner.documents.create(fact, None)[0]["document_id"]) == "committed"
+    api = tiny_settings(tmp_path / "api", **shared)
+    loaded = tiny_loaded()
+    serving = ServingModel(loaded, api)
+    install_committed(serving, versions := open_versions(api), versions.current())
+    ids = loaded.tokenizer("the capital of veltoria is")["input_ids"]
+    assert generate(serving, ids, SamplingParams(3, 0.0, 1.0, (), None)).text.strip().startswith("marnhold")
+    made, fetched = (tmp_path / side / "memory" / "base.safetensors" for side in ("worker", "api"))
+    assert fetched.read_bytes() == made.read_bytes()  # fetched, not fitted again

@@ -119,6 +119,7 @@ def attach(model: nn.Module, config: MemoryConfig) -> ProductKeyMemory:
 BASE_FILE = "base.safetensors"
 KEY_TENSORS = ("query", "query_bias", "sub_keys")
 CONFIG_FILE = "base.json"
+BASE_FILES = (BASE_FILE, CONFIG_FILE)
 
 
 def save_base(folder: Path, memory: ProductKeyMemory, statistics: dict[str, torch.Tensor], meta: dict) -> None:

@@ -13,6 +13,7 @@ from torch import nn
 
 from core.served import LoadDelta, ServedMethod
 from core.settings import Settings
+from core.storage import method_files
 from methods.memory import layer as memory_layer
 
 Rows = tuple[torch.Tensor, torch.Tensor]  # slot indices [n], values [n, hidden]
@@ -45,10 +46,11 @@ class MemoryServed(ServedMethod):
         if state is None:
             return
         if self.memory is None:
-            folder = self.settings.data_dir / "memory"
-            self.memory = memory_layer.attach_base(self.model, folder)
+            files = method_files(self.settings, "memory")
+            files.fetch(memory_layer.BASE_FILES)  # made by the learner, where no folder is shared
+            self.memory = memory_layer.attach_base(self.model, files.folder)
             if self.memory is None:
-                raise FileNotFoundError(f"no memory base state in {folder}")
+                raise FileNotFoundError(f"no memory base state in {files.folder}")
         self._rows[version] = (state["rows"], state["values"])
 
     def use(self, version: int, route: None = None) -> None:

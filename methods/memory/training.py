@@ -13,14 +13,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from filelock import FileLock
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from core.leases import MEMORY_LOCK
 from core.probes import shipped_pool
 from core.scoring import join_probe
 from core.served import LoadDelta
 from core.settings import Settings
+from core.storage import method_files, method_lock
 from core.training import Example, UpdateMethod, weighted_positions
 from methods.memory import layer as memory_layer
 from methods.memory.config import MemorySettings
@@ -107,15 +108,17 @@ class MemoryMethod(UpdateMethod):
     def build(cls, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: Settings) -> MemoryMethod:
         """The memory on the learner's model. Its version-0 state (keys, background statistics) is fitted once
         per data folder from the background corpus and stored under <data>/memory; later builds read it."""
-        folder = settings.data_dir / "memory"
-        folder.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(folder / ".lock")):
-            base = memory_layer.load_base(folder)
+        files = method_files(settings, "memory")
+        with method_lock(settings, "memory", MEMORY_LOCK):
+            files.fetch(memory_layer.BASE_FILES)  # made by another process, where none share a folder
+            base = memory_layer.load_base(files.folder)
             if base is None:
                 method = cls(model, tokenizer, settings)
                 method.fit_background([tokenizer(text)["input_ids"] for text in background_corpus()])
                 tensors, counts = method.background.stored()
-                memory_layer.save_base(folder, method.memory, tensors, {**counts, "source": BACKGROUND_SOURCE})
+                memory_layer.save_base(files.folder, method.memory, tensors,
+                                       {**counts, "source": BACKGROUND_SOURCE})
+                files.publish(memory_layer.BASE_FILES)
             else:
                 shape, tensors, meta = base
                 method = cls(model, tokenizer, settings, shape=shape)
