@@ -274,7 +274,7 @@ def measure(n: int, models_dir: Path, requests: int, worker_timeout_s: float, ob
         port = free_port()
         env = {**os.environ, "CKL_DATA_DIR": tmp, "CKL_MODEL_CACHE_DIR": str(models_dir), "CKL_PORT": str(port),
                "CKL_REDIS_URL": redis_url, "CKL_QUEUE_NAME": f"scale-{uuid.uuid4().hex[:8]}",
-               **({"CKL_OBJECT_STORE_URL": objects} if objects else {})}
+               **({"CKL_OBJECT_STORE_URL": objects, "CKL_DATABASE_URL": sqlite_url(data)} if objects else {})}
         store = opened(data, objects, "bench")
         clock = time.perf_counter()
         server = subprocess.Popen([sys.executable, "-m", "ckl", "serve"], env=env,

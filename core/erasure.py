@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.documents import DocumentStore
-from core.versions import UnknownVersion, VersionStore
+from core.versions import VersionStore
 
 # What a record keeps after erasure: bookkeeping, nothing derived from the text.
 RECORD_KEPT = ("document_id", "status", "method", "weighting", "owner", "namespace", "created_at", "updated_at",
@@ -44,10 +44,8 @@ def erase(documents: DocumentStore, versions: VersionStore, document_id: str, re
     for record in documents.mentioning(document_id):
         if any(e.get("document_id") == document_id for e in record.get("replaces") or []):
             documents.update(record["document_id"], replaces=without_replaced(record["replaces"], document_id))
-    for version in sorted({*versions.versions()[1:], *versions.orphans()}):
-        try:
-            manifest = versions.manifest(version)
-        except UnknownVersion:  # cut by a crash: nothing can be scrubbed field by field
+    for version, manifest in versions.readable(sorted({*versions.versions()[1:], *versions.orphans()})):
+        if manifest is None:  # cut by a crash: nothing can be scrubbed field by field
             if versions.manifest_mentions(version, document_id):
                 versions.empty_manifest(version)  # unreadable as before, without what it held
             continue

@@ -28,7 +28,9 @@ class AdvisoryLease:
         self._thread.acquire()
         if self._depth == 0:
             try:
-                self._connection = self.engine.connect()
+                # Autocommit: a session idle in an open transaction for a whole job could be ended by the server's
+                # idle_in_transaction_session_timeout, and the lock with it, unknown to its holder.
+                self._connection = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
                 self._connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": self.key})
             except BaseException:
                 self._drop()

@@ -41,7 +41,8 @@ class S3Objects:
         self.bucket, self.prefix = parsed.netloc, parsed.path.strip("/")
         endpoint = parse_qs(parsed.query).get("endpoint", [None])[0]
         config = Config(retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=5, read_timeout=60)
-        self._client = boto3.client("s3", endpoint_url=endpoint, config=config)
+        # A session of its own: the default one is not safe to make clients from in several threads at once.
+        self._client = boto3.session.Session().client("s3", endpoint_url=endpoint, config=config)
         self._client.head_bucket(Bucket=self.bucket)  # a wrong name or credentials fail at start, not at a commit
 
     def _key(self, key: str) -> str:
@@ -69,9 +70,9 @@ class CachedObjects:
         self.store, self.folder, self.max_bytes = store, folder, max_bytes
         folder.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        found = sorted(folder.iterdir(), key=lambda p: p.stat().st_mtime)  # read last, evicted last
-        self._sizes: OrderedDict[str, int] = OrderedDict(
-            (p.name, p.stat().st_size) for p in found if not p.name.startswith("."))
+        found = sorted((p.stat().st_mtime, p.name, p.stat().st_size) for p in folder.iterdir()
+                       if not p.name.startswith("."))  # read last, evicted last; a temporary file is no copy
+        self._sizes: OrderedDict[str, int] = OrderedDict((name, size) for _, name, size in found)
         self._total = sum(self._sizes.values())
 
     def put(self, key: str, data: bytes) -> None:
@@ -103,7 +104,10 @@ class CachedObjects:
         self.forget(key)
 
     def _keep(self, key: str, data: bytes) -> None:
-        write_bytes_atomic(self.folder / key, data)
+        try:
+            write_bytes_atomic(self.folder / key, data)
+        except OSError:  # a full disk: the object store has it, this read or write goes on without a copy
+            return
         with self._lock:
             self._count(key, len(data))
             while self._total > self.max_bytes and len(self._sizes) > 1:

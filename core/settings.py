@@ -115,6 +115,11 @@ class Settings(BaseSettings):
     def models_dir(self) -> Path:
         return self.model_cache_dir or self.data_dir / "models"
 
+    def model_post_init(self, _context: Any) -> None:
+        if self.object_store_url and not self.database_url:
+            raise ValueError("CKL_OBJECT_STORE_URL needs CKL_DATABASE_URL: the versions every process shares are in "
+                             "that database (SQLite in one data folder would be one process's own)")
+
     def method_config(self, name: str) -> BaseSettings:
         """A registered method's settings: its environment (CKL_<NAME>_*), then `method_settings[name]`."""
         return registry.get(name).config(**self.method_settings.get(name, {}))

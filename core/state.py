@@ -14,7 +14,7 @@ from core.probes import from_json
 from core.routing.table import Table, compose
 from core.scoring import Probe
 from core.subjects import without_time_markers, words
-from core.versions import UnknownVersion, VersionStore
+from core.versions import VersionStore
 
 
 @dataclass
@@ -56,10 +56,8 @@ def _restoring(versions: VersionStore) -> set[int]:
     removed = versions.removed()
     held: dict[int, frozenset[str]] = {0: frozenset()}
     unreadable = set()
-    for version in versions.versions()[1:]:  # a parent's number is below its child's
-        try:
-            manifest = versions.manifest(version)
-        except UnknownVersion:  # a manifest a crash emptied: never offered
+    for version, manifest in versions.readable(versions.versions()[1:]):  # a parent's number is below its child's
+        if manifest is None:  # a manifest a crash emptied: never offered
             unreadable.add(version)
             continue
         kept = held.get(manifest["parent"] or 0, frozenset())

@@ -7,6 +7,7 @@ store, and the learner's lease is the database's advisory lock; each process's d
 """
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -60,10 +61,11 @@ class MethodFiles:
                     (data := self.objects.get(f"{self.folder.name}-{name}")) is not None:
                 write_bytes_atomic(self.folder / name, data)
 
-    def publish(self, names: Iterable[str]) -> None:
+    def publish(self, names: Iterable[str], missing_only: bool = False) -> None:
         for name in names:
-            if self.objects is not None:
-                self.objects.put(f"{self.folder.name}-{name}", (self.folder / name).read_bytes())
+            key = f"{self.folder.name}-{name}"
+            if self.objects is not None and not (missing_only and self.objects.get(key) is not None):
+                self.objects.put(key, (self.folder / name).read_bytes())
 
 
 def method_files(settings: Settings, name: str) -> MethodFiles:
@@ -79,3 +81,10 @@ def method_lock(settings: Settings, name: str, key: int) -> AbstractContextManag
 def learner_lease(settings: Settings) -> AbstractContextManager:
     """Held by the one learner that may train at a time (workers/learner.py)."""
     return lease(shared_engine(settings), LEARNER_LEASE, settings.data_dir, "learner.lock")
+
+
+def document_lease(engine: Engine | None, settings: Settings, document_id: str) -> AbstractContextManager:
+    """Held by the learner of one document (`engine`: shared_engine's): a second job of it (re-queued while the first
+    runs) waits, then finds it final. On one machine a file lock of 256, chosen by the id's hash."""
+    digest = int.from_bytes(hashlib.sha256(document_id.encode()).digest()[:8], "big") >> 1  # PostgreSQL's bigint
+    return lease(engine, digest, settings.data_dir / "locks", f"{digest % 256}.lock")

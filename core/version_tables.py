@@ -68,13 +68,14 @@ class DatabaseVersionStore(VersionStore):
             return connection.execute(select(versions.c.manifest).where(versions.c.version == version)).scalar()
 
     def _read_manifest(self, version: int) -> dict[str, Any] | None:
-        """`version`'s manifest, and the manifests of the READ_AHEAD versions below it that this process has not read
-        (a lineage is walked down through parents that are mostly one less: one query per READ_AHEAD, not per
-        version)."""
+        """`version`'s manifest, and those of the READ_AHEAD versions on from it in the direction it is walked: down
+        (a lineage is walked through parents that are mostly one less), or up where the one below is held (a loop
+        over the versions). One query per READ_AHEAD versions, not per version."""
         cache = self._manifests  # the copies this read may add to (dropped whole if a rewrite comes meanwhile)
+        low, high = (version, version + READ_AHEAD) if version - 1 in cache else (version - READ_AHEAD, version)
         with self.engine.connect() as connection:
             rows = connection.execute(select(versions.c.version, versions.c.manifest).where(
-                versions.c.version.between(version - READ_AHEAD, version))).all()
+                versions.c.version.between(low, high))).all()
         stored = None
         for number, text in rows:
             if number == version:
@@ -145,18 +146,29 @@ class DatabaseVersionStore(VersionStore):
         raise ValueError(f"version {version}: delta does not match its manifest hash")
 
     def drop_delta(self, version: int) -> None:
-        """Delete the delta, unless another version's manifest names the same bytes (content-addressed)."""
-        sha = self._manifest(version)["delta_sha256"]
+        """Delete the delta, unless a version not erased names the same bytes (content-addressed)."""
+        self._drop_unnamed(self._manifest(version)["delta_sha256"])
+
+    def _drop_unnamed(self, sha: str) -> None:
         with self.engine.connect() as connection:
-            others = connection.execute(select(func.count()).where(
-                versions.c.version != version, versions.c.manifest.contains(sha))).scalar()
-        if not others:
+            named = connection.execute(select(func.count()).where(
+                versions.c.manifest.contains(sha), ~versions.c.manifest.contains('"erased_in"'))).scalar()
+        if not named:
             self.objects.delete(delta_key(sha))
 
     def commit(self, parent: int, delta: dict[str, torch.Tensor], manifest: dict[str, Any], delta_file: str) -> int:
+        if (current := self.current()) != parent:  # refused before anything is uploaded
+            raise ParentMoved(f"trained from version {parent}, but version {current} is now current")
         data = save_tensors({k: v.contiguous() for k, v in delta.items()})
         sha = hashlib.sha256(data).hexdigest()
         self.objects.put(delta_key(sha), data)  # before the version that names it
+        try:
+            return self._commit(parent, manifest, delta_file, sha, len(data))
+        except (ParentMoved, AlreadyCommitted):  # refused: the object goes, unless a version names the same bytes
+            self._drop_unnamed(sha)
+            raise
+
+    def _commit(self, parent: int, manifest: dict[str, Any], delta_file: str, sha: str, size: int) -> int:
         with self.engine.begin() as connection:
             lock_writers(connection, before_reading=True)
             if (current := self._pointer(connection)[0]) != parent:
@@ -166,7 +178,7 @@ class DatabaseVersionStore(VersionStore):
                     raise AlreadyCommitted(document_id, held)
             version = (connection.execute(select(func.max(versions.c.version))).scalar() or 0) + 1
             full = {**manifest, "version": version, "parent": parent, "created_at": time.time(),
-                    "delta_file": delta_file, "delta_sha256": sha, "delta_bytes": len(data)}
+                    "delta_file": delta_file, "delta_sha256": sha, "delta_bytes": size}
             connection.execute(insert(versions).values(version=version, parent=parent, manifest=json.dumps(full)))
             self._move_pointer(connection, version, "commit")
             return version

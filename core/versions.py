@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import Any, TypeVar
 
 import torch
@@ -176,6 +176,16 @@ class VersionStore(ABC):
         cache[version] = data
         return data
 
+    def readable(self, numbers: Iterable[int]) -> Iterator[tuple[int, dict[str, Any] | None]]:
+        """Each version's manifest, None where it cannot be read: the store checked once for the whole loop, not
+        once per manifest (a query each, for the database's)."""
+        self._check()
+        for version in numbers:
+            try:
+                yield version, self._manifest(version)
+            except UnknownVersion:
+                yield version, None
+
     def versions(self) -> list[int]:
         return [0, *self._committed(orphans=False)]
 
@@ -193,12 +203,10 @@ class VersionStore(ABC):
     def removed(self) -> set[str]:
         """Every document a removal version took out. A manifest's `removes` never changes once written, so each
         version's is read once per store."""
-        for version in self._committed(orphans=False):
-            if version not in self._removes:
-                try:
-                    self._removes[version] = self.manifest(version).get("removes")
-                except UnknownVersion:  # emptied by a crash: it removes nothing that can be read
-                    continue
+        unread = [v for v in self._committed(orphans=False) if v not in self._removes]
+        for version, manifest in self.readable(unread):
+            if manifest is not None:  # else emptied by a crash: it removes nothing that can be read
+                self._removes[version] = manifest.get("removes")
         return {d for d in self._removes.values() if d}
 
     def lineage(self, version: int) -> list[dict[str, Any]]:

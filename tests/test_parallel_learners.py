@@ -10,10 +10,16 @@ import pytest
 import torch
 
 from core.namespaces import SHARED
+from core.settings import Settings
 from tests.api_app import tiny_settings
 from tests.tiny import tiny_loaded
 from workers import learner as learner_module
 from workers.learner import Learner
+
+
+def settings(data) -> Settings:
+    """The tiny model's, with the gate's default of no tolerance for the learned facts (a rebase needs it)."""
+    return tiny_settings(data, learned_tolerance=0.0)
 
 
 def fact(subject: str, relation: str, answer: str) -> dict:
@@ -48,7 +54,7 @@ def same(serial: dict, parallel: dict) -> bool:
 
 def serial_run(data, order: list[int]) -> dict:
     """The documents learned one after the other by one learner, in `order`."""
-    learner = Learner(tiny_settings(data), loaded=tiny_loaded())
+    learner = Learner(settings(data), loaded=tiny_loaded())
     ids = [learner.documents.create(body, None)[0]["document_id"] for body in DOCUMENTS]
     for index in order:
         assert learner.learn(ids[index]) == "committed"
@@ -61,7 +67,7 @@ def test_a_candidate_whose_parent_moved_is_rebased_where_nothing_meets_it_and_tr
     rebased, again, last_rebased = 0, 0, 0
     for seed in range(4):
         rng, data = random.Random(seed), tmp_path / f"parallel-{seed}"
-        first, second = (Learner(tiny_settings(data), loaded=tiny_loaded()) for _ in range(2))
+        first, second = (Learner(settings(data), loaded=tiny_loaded()) for _ in range(2))
         ids = [first.documents.create(body, None)[0]["document_id"] for body in DOCUMENTS]
         waiting = rng.sample(range(len(ids)), len(ids))
         train, trained = learner_module.train, []
@@ -96,7 +102,7 @@ def test_a_candidate_whose_parent_moved_is_rebased_where_nothing_meets_it_and_tr
 def saved_scores_hold(data) -> bool:
     """The current version's saved probe scores (a rebased one's made from its new parent's and the candidate's) are
     those a learner that scores every probe again gets."""
-    learner = Learner(tiny_settings(data), loaded=tiny_loaded())
+    learner = Learner(settings(data), loaded=tiny_loaded())
     held = learner.held
     current = learner.versions.current()
     held.hold(current, SHARED, per_document=True)

@@ -67,10 +67,12 @@ def test_two_apis_and_two_workers_share_one_redis_and_one_data_folder(tiny_model
             process.kill(signal.SIGTERM)
 
 
-def first_served(apis: list[Server], version: int) -> list[float]:
+def first_served(apis: list[Server], version: int, timeout_s: float = 30) -> list[float]:
     """When each API first said it serves `version` (polled every 50 ms)."""
     served: dict[str, float] = {}
+    deadline = time.monotonic() + timeout_s
     while len(served) < len(apis):
+        assert time.monotonic() < deadline, f"not every API serves version {version}: {served}"
         for api in apis:
             if api.url not in served and httpx.get(f"{api.url}/ready").json()["knowledge_version"] == version:
                 served[api.url] = time.time()
@@ -81,7 +83,7 @@ def first_served(apis: list[Server], version: int) -> list[float]:
 def test_two_apis_and_three_workers_with_no_shared_folder_lose_nothing_when_one_of_each_is_killed(
         tiny_model_dir, redis_url, tmp_path, postgres_url, object_store_url):
     """Each process has a data folder of its own (caches only): records, versions and probe suites in PostgreSQL,
-    deltas in an S3 server (moto's, over HTTP), the queue in Redis, the learner's lease an advisory lock. A worker
+    deltas in an S3 server (moto's, over HTTP), the queue in Redis; the workers learn at once. A worker
     killed while it trains (and started again, as an orchestrator does) and an API killed mid-request lose no
     accepted document, and every API serves a new version within 2 s of its commit."""
     env = tiny_env(tiny_model_dir, CKL_REDIS_URL=redis_url, CKL_QUEUE_NAME=f"apart-{time.monotonic_ns()}",
@@ -102,7 +104,7 @@ def test_two_apis_and_three_workers_with_no_shared_folder_lose_nothing_when_one_
         wait_for_workers(redis_url, env["CKL_QUEUE_NAME"], 3)
         bodies = [*FACTS, fact("velmaro", "tosk"), fact("brannoch", "ilse")]
         ids = [teach(apis[i % 2].url, body) for i, body in enumerate(bodies)]
-        assert workers[0].popen.wait(120) == -signal.SIGKILL  # killed holding the lease, a document in training
+        assert workers[0].popen.wait(120) == -signal.SIGKILL  # killed with a document in training
         workers[0] = worker("worker-1-again").start()  # re-queues what it left
 
         body = {"prompt": "the capital of", "max_new_tokens": 200, "stream": True}

@@ -21,7 +21,7 @@ from core.lifecycle import FINAL, Status, after_failed_attempt
 from core.model.loader import LoadedModel, load_model
 from core.probes import to_json
 from core.settings import Settings
-from core.storage import learner_lease, open_suites, open_versions
+from core.storage import document_lease, learner_lease, open_suites, open_versions, shared_engine
 from core.training import UpdateMethod
 from core.versions import AlreadyCommitted, ParentMoved
 from workers.held import Held
@@ -55,8 +55,8 @@ class Learner:
                            self.held, Scorer(loaded.model, loaded.tokenizer, self.held, self.rests),
                            Weigher(settings, loaded.model, loaded.tokenizer, loaded.name, self.held.method),
                            self.rests, publish or (lambda version: None))
-        self.turns = learner_lease(settings)  # warming up is one at a time; jobs too unless training in parallel
-        self.lease = nullcontext() if settings.training.parallel else self.turns
+        self.turns, self.engine = learner_lease(settings), shared_engine(settings)  # engine: the documents' leases
+        self.lease = nullcontext() if settings.training.parallel else self.turns  # warming up takes turns anyway
         map_large_blocks()  # a long document's steps would otherwise leave their transients in RSS
 
     @property
@@ -75,8 +75,9 @@ class Learner:
 
     def learn(self, document_id: str) -> Status:
         """Run the job for one document; returns its final status. Learners of several workers train at once (see
-        above); with CKL_TRAINING_PARALLEL off, one at a time per store holds the lease and a second waits for it."""
-        with self.lease:
+        above), but one document at a time (a second job of it waits, then finds it final); with
+        CKL_TRAINING_PARALLEL off, one learner at a time per store holds the lease."""
+        with self.lease, document_lease(self.engine, self.parts.settings, document_id):
             record = self.documents.get(document_id)
             if record["status"] in FINAL:
                 return Status(record["status"])

@@ -120,6 +120,8 @@ class MemoryMethod(UpdateMethod):
                                        {**counts, "source": BACKGROUND_SOURCE})
                 files.publish(memory_layer.BASE_FILES)
             else:
+                # Made before the store was shared, or a crash came before it was published.
+                files.publish(memory_layer.BASE_FILES, missing_only=True)
                 shape, tensors, meta = base
                 method = cls(model, tokenizer, settings, shape=shape)
                 memory_layer.set_keys(method.memory, tensors)

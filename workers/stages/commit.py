@@ -69,23 +69,21 @@ def commit(parts: Parts, run: Run, scores: Scores, probes: list[dict[str, str]],
                 "namespace": namespace_of(run.record), **outcome, **({"key": begun.key} if begun else {}),
                 **run.method.manifest_fields()}
     faults.kill_point("before_commit")
-    parent, delta = run.parent, run.method.delta()
-    for _ in range(MAX_REBASES):
+    on, delta = run.parent, run.method.delta()
+    for attempt in range(MAX_REBASES + 1):
         try:
-            version = parts.versions.commit(parent, delta, manifest, spec.delta_file)
+            version = parts.versions.commit(on, delta, manifest, spec.delta_file)
             break
-        except ParentMoved:  # another worker committed: on top of its version if they cannot meet, else again
-            if (parent := rebase.onto(parts, run)) is None:
+        except ParentMoved:  # another worker committed: on its version where they cannot meet, else trained again
+            if attempt == MAX_REBASES or (on := rebase.onto(parts, run)) is None:
                 raise
-            manifest["rebased_from"] = run.parent
-    else:
-        raise ParentMoved(f"the current version kept moving during {MAX_REBASES} rebases")
+            manifest = rebase.rebased_manifest(parts, run, manifest, on)
     faults.kill_point("after_commit")
     run.method.committed(version)
-    if parent == run.parent:
+    if on == run.parent:
         parts.held.committed(version, scores)
     else:  # what the learner holds is its parent's table with the candidate: not the new version's
-        parts.held.rebased(version, parent, {p: s for p, s in scores.items() if p.asked in run.moved})
+        parts.held.rebased(version, on, {p: s for p, s in scores.items() if p.asked in run.moved})
     run.timings["commit_s"] = time.perf_counter() - clock
     on_commit(version)
     parts.documents.move(run.doc_id, Status.COMMITTED, version=version, timings=run.rounded_timings(), **outcome)

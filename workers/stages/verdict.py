@@ -41,12 +41,14 @@ def evaluate(parts: Parts, run: Run) -> Verdict:
     return Verdict(decision, after, scores)
 
 
-def general_drift(parts: Parts, run: Run) -> dict[str, Any]:
+def general_drift(parts: Parts, run: Run, parent_version: int | None = None) -> dict[str, Any]:
     """The share of the general prompts the candidate continues otherwise than version 0, and which. Only the prompts
     the candidate can move are continued again (for the routed method, those whose route it changed: usually none);
-    the others are as in the parent. Not a gate: what each version shows."""
+    the others are as in the parent (`parent_version`, where it is committed on another than its own). Not a gate:
+    what each version shows."""
     base = parts.suites.general() or {}
-    parent = parts.versions.manifest(run.parent).get("metrics", {}) if run.parent else {"general_changed": []}
+    on = run.parent if parent_version is None else parent_version
+    parent = parts.versions.manifest(on).get("metrics", {}) if on else {"general_changed": []}
     before = parent.get("general_changed")
     todo = [p for p in base if before is None or parts.held.candidate.affected(p)]  # a version from before: all of them
     continuations = {p.prompt: out for p, out in parts.scorer.continuations([Probe(p, "") for p in todo],
