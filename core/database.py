@@ -1,6 +1,7 @@
-"""The database that holds document records and idempotency keys: SQLite in the data folder by default (no server
-to run), any SQLAlchemy URL otherwise (CKL_DATABASE_URL): PostgreSQL where several machines share one store
-(`postgresql+psycopg://...`, the `postgres` extra).
+"""The database that holds document records and idempotency keys, and with an object store the versions and the
+probe suites too (core/storage.py): SQLite in the data folder by default (no server to run), any SQLAlchemy URL
+otherwise (CKL_DATABASE_URL): PostgreSQL where several machines share one store (`postgresql+psycopg://...`, the
+`postgres` extra).
 
 A record is its JSON in one column; the columns the service filters, sorts and sums by sit beside it, indexed.
 """

@@ -54,18 +54,19 @@ class Settings(BaseSettings):
     model: str = Field(DEFAULT_MODEL, description=(
         "Where the model comes from: \"default\" is the packaged Gemma 3 270M; anything else is a local path or a "
         "Hugging Face hub id (the hub is reached only when such an id is configured)."))
-    data_dir: Path = Field(Path("data"), description="The data folder: versions, probes, the SQLite database.")
+    data_dir: Path = Field(Path("data"), description=(
+        "The data folder: versions, probes, the SQLite database; with an object store, this process's caches only."))
     database_url: str | None = Field(None, description=(
-        "The database of document records and idempotency keys (a SQLAlchemy URL); default: SQLite in the data "
-        "folder; PostgreSQL (postgresql+psycopg://user:password@host/db, the `postgres` extra) where several "
-        "machines share one store."))
+        "The database of document records and idempotency keys, and with an object store of the versions and probe "
+        "suites (a SQLAlchemy URL); default: SQLite in the data folder; PostgreSQL "
+        "(postgresql+psycopg://user:password@host/db, the `postgres` extra) where several machines share one store."))
     object_store_url: str | None = Field(None, description=(
         "Versions in the database and deltas in an S3-compatible object store (s3://bucket/prefix, the `s3` extra; "
         "credentials and endpoint as boto3 reads them, or ?endpoint=http://host:port): processes on several "
         "machines share no folder. None: versions are folders in the data folder."))
     delta_cache_mb: int = Field(2048, gt=0, description=(
-        "With an object store: the bytes of deltas each process keeps in <data_dir>/cache, least recently read "
-        "first out."))
+        "With an object store: the bytes of deltas each process keeps in <data_dir>/cache/deltas, least recently "
+        "read first out."))
     model_cache_dir: Path | None = Field(None, description="The converted default model; default: <data_dir>/models.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where the model runs.")
     dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description=(
