@@ -74,7 +74,7 @@ def fill(data: Path, n: int, objects: str | None = None, batch: int = 5000) -> N
                       "targets": list(config.targets), "layers": config.layers, "storage": config.storage}
     store, made, version, now = DocumentStore(data), made_documents(n), 0, time.time() - n
     if objects:
-        S3Objects(objects).put(delta_key(digest), delta.read_bytes())
+        S3Objects(objects).put(delta_key({"delta_sha256": digest}), delta.read_bytes())  # one object every manifest names
     with store.engine.begin() as connection:
         for start in range(0, n, batch):
             records, keys, rows = [], [], []

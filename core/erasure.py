@@ -16,7 +16,7 @@ RECORD_KEPT = ("document_id", "status", "method", "weighting", "owner", "namespa
                "attempts", "job_id", "version", "timings", "removes")
 # What the learning version's manifest keeps: what composing and listing versions read, nothing from the text.
 MANIFEST_KEPT = ("version", "parent", "documents", "method", "created_at", "delta_file", "delta_sha256",
-                 "delta_bytes", "metrics", "gate", "routing", "namespace")
+                 "delta_bytes", "delta_object", "metrics", "gate", "routing", "namespace")
 
 
 def scrubbed_record(record: dict[str, Any]) -> dict[str, Any]:

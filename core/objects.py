@@ -1,8 +1,8 @@
 """Where deltas live when processes share no folder: an S3-compatible object store (CKL_OBJECT_STORE_URL), read
 through a cache in the process's own data folder.
 
-A delta is stored under its content's SHA-256 and never changed, so a cached copy is good for as long as it exists,
-and a reader checks the hash of what it got (core/version_tables.py). boto3 talks to the store: it signs requests,
+A delta is stored under a name of its own (its SHA-256 and a random suffix) and never changed, so a cached copy is
+good for as long as it exists, and a reader checks the hash of what it got (core/version_tables.py). boto3 talks to the store: it signs requests,
 retries, and reads credentials and endpoints the way every S3 tool does (AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL_S3, ...).
 """
 from __future__ import annotations
@@ -59,6 +59,11 @@ class S3Objects:
 
     def delete(self, key: str) -> None:
         self._client.delete_object(Bucket=self.bucket, Key=self._key(key))
+
+    def names(self) -> list[str]:
+        """Every object's name under the prefix, sorted."""
+        pages = self._client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self._key(""))
+        return sorted(item["Key"][len(self._key("")):] for page in pages for item in page.get("Contents", []))
 
 
 class CachedObjects:

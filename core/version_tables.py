@@ -1,9 +1,11 @@
 """The version store for processes that share no folder: versions, manifests, the pointer and its events in the
-database (core/database.py's tables), deltas in an object store under their SHA-256 (core/objects.py).
+database (core/database.py's tables), deltas in an object store (core/objects.py), each commit's under a name of its
+own: its SHA-256 and a random suffix, in its manifest.
 
 A delta is uploaded first, then one transaction, under the database's writers lock, checks the parent, numbers the
-version, writes its manifest, moves the pointer and logs the event: a crash before it commits leaves only an object
-no manifest names, never a version that was not served, so this store has no orphans. Every change moves a counter
+version, writes its manifest, moves the pointer and logs the event: a commit refused deletes its object (no other
+commit names it), a crash before the transaction commits leaves only an object no manifest names, never a version
+that was not served, so this store has no orphans. Every change moves a counter
 in the pointer's row, which tells each process when to read its cached list and manifests again.
 """
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+import uuid
 from typing import Any
 
 import torch
@@ -27,8 +30,9 @@ EVENTS_SHOWN = 200
 READ_AHEAD = 500
 
 
-def delta_key(sha256: str) -> str:
-    return f"{sha256}.safetensors"
+def delta_key(manifest: dict[str, Any]) -> str:
+    """The name of a version's delta in the object store (a manifest without one names it by its hash alone)."""
+    return manifest.get("delta_object") or f"{manifest['delta_sha256']}.safetensors"
 
 
 class DatabaseVersionStore(VersionStore):
@@ -93,7 +97,7 @@ class DatabaseVersionStore(VersionStore):
                 versions.c.manifest.contains('"erased_in"'))).scalars().all()
         for manifest in map(json.loads, filter(None, erased)):
             if "routing" in manifest:  # a per-document delta, deleted with its document
-                self.objects.forget(delta_key(manifest["delta_sha256"]))
+                self.objects.forget(delta_key(manifest))
 
     def _listing(self) -> tuple[list[int], list[int]]:
         """Only the versions above the highest listed before are read: a commit numbers its version one past the
@@ -133,7 +137,7 @@ class DatabaseVersionStore(VersionStore):
 
     def load_delta(self, version: int) -> dict[str, torch.Tensor]:
         manifest = self.manifest(version)
-        key = delta_key(manifest["delta_sha256"])
+        key = delta_key(manifest)
         for _ in range(2):  # a local copy that does not match is dropped and fetched again, once
             data = self.objects.get(key)
             if data is None:
@@ -146,29 +150,30 @@ class DatabaseVersionStore(VersionStore):
         raise ValueError(f"version {version}: delta does not match its manifest hash")
 
     def drop_delta(self, version: int) -> None:
-        """Delete the delta, unless a version not erased names the same bytes (content-addressed)."""
-        self._drop_unnamed(self._manifest(version)["delta_sha256"])
-
-    def _drop_unnamed(self, sha: str) -> None:
+        """Delete the delta, unless a version not erased names the same object (one the store was filled with
+        outside commits may be shared)."""
+        key = delta_key(self._manifest(version))
         with self.engine.connect() as connection:
             named = connection.execute(select(func.count()).where(
-                versions.c.manifest.contains(sha), ~versions.c.manifest.contains('"erased_in"'))).scalar()
+                versions.c.manifest.contains(key), ~versions.c.manifest.contains('"erased_in"'))).scalar()
         if not named:
-            self.objects.delete(delta_key(sha))
+            self.objects.delete(key)
 
     def commit(self, parent: int, delta: dict[str, torch.Tensor], manifest: dict[str, Any], delta_file: str) -> int:
         if (current := self.current()) != parent:  # refused before anything is uploaded
             raise ParentMoved(f"trained from version {parent}, but version {current} is now current")
         data = save_tensors({k: v.contiguous() for k, v in delta.items()})
         sha = hashlib.sha256(data).hexdigest()
-        self.objects.put(delta_key(sha), data)  # before the version that names it
+        named = {"delta_file": delta_file, "delta_sha256": sha, "delta_bytes": len(data),
+                 "delta_object": f"{sha}-{uuid.uuid4().hex[:12]}.safetensors"}  # this commit's own
+        self.objects.put(named["delta_object"], data)  # before the version that names it
         try:
-            return self._commit(parent, manifest, delta_file, sha, len(data))
-        except (ParentMoved, AlreadyCommitted):  # refused: the object goes, unless a version names the same bytes
-            self._drop_unnamed(sha)
+            return self._commit(parent, {**manifest, **named})
+        except (ParentMoved, AlreadyCommitted):  # refused: no version names its object
+            self.objects.delete(named["delta_object"])
             raise
 
-    def _commit(self, parent: int, manifest: dict[str, Any], delta_file: str, sha: str, size: int) -> int:
+    def _commit(self, parent: int, manifest: dict[str, Any]) -> int:
         with self.engine.begin() as connection:
             lock_writers(connection, before_reading=True)
             if (current := self._pointer(connection)[0]) != parent:
@@ -177,8 +182,7 @@ class DatabaseVersionStore(VersionStore):
                 if (held := self.holding(document_id, parent)) is not None:
                     raise AlreadyCommitted(document_id, held)
             version = (connection.execute(select(func.max(versions.c.version))).scalar() or 0) + 1
-            full = {**manifest, "version": version, "parent": parent, "created_at": time.time(),
-                    "delta_file": delta_file, "delta_sha256": sha, "delta_bytes": size}
+            full = {**manifest, "version": version, "parent": parent, "created_at": time.time()}
             connection.execute(insert(versions).values(version=version, parent=parent, manifest=json.dumps(full)))
             self._move_pointer(connection, version, "commit")
             return version

@@ -78,18 +78,21 @@ def test_two_processes_committing_from_one_parent_get_one_version(opener):
     for thread in threads:
         thread.join()
     assert won == [1] and len(moved) == 3 and stores[0].versions() == [0, 1]
+    store = stores[0]
+    assert isinstance(store, DatabaseVersionStore)  # a refused commit deleted its object: one is left
+    assert store.objects.store.names() == [delta_key(store.manifest(1))]
 
 
 def test_a_delta_is_checked_against_its_hash_and_a_bad_local_copy_fetched_again(opener):
     store = opener()
     commit(store, 0, "d1", 3.0)
-    sha = store.manifest(1)["delta_sha256"]
     assert isinstance(store, DatabaseVersionStore)
-    copy = store.objects.folder / delta_key(sha)
+    key = delta_key(store.manifest(1))
+    copy = store.objects.folder / key
     copy.write_bytes(copy.read_bytes()[:-4] + b"\x00\x00\x80\x3f")  # the local copy damaged
     assert torch.equal(store.load_delta(1)["a"], torch.full((2, 2), 3.0))
-    store.objects.store.put(delta_key(sha), b"not the delta")  # and the stored object too
-    store.objects.forget(delta_key(sha))
+    store.objects.store.put(key, b"not the delta")  # and the stored object too
+    store.objects.forget(key)
     with pytest.raises(ValueError, match="hash"):
         store.load_delta(1)
 
@@ -102,14 +105,14 @@ def test_an_erasure_rewrite_is_seen_by_every_process_and_the_delta_leaves_the_ob
     assert [r["document_id"] for r in not_learned(reader, 2)] == ["d1"] and len(replacements(reader, 2)) == 1
     reader.load_delta(1)
     assert isinstance(reader, DatabaseVersionStore)
-    copy = reader.objects.folder / delta_key(reader.manifest(1)["delta_sha256"])
+    copy = reader.objects.folder / delta_key(reader.manifest(1))
     assert copy.exists()  # the reader's local copy
     writer.rewrite_manifest(1, {**writer.manifest(1), "facts": [], "erased_in": 3})
     writer.drop_delta(1)
     assert not not_learned(reader, 2) and reader.manifest_mentions(2, "Harwick")
     assert not copy.exists()  # deleted once the reader saw the rewrite
     assert reader.load_delta(1) == {}  # an erased document's delta adds nothing
-    key = delta_key(writer.manifest(1)["delta_sha256"])
+    key = delta_key(writer.manifest(1))
     assert isinstance(writer, DatabaseVersionStore) and writer.objects.store.get(key) is None
     writer.empty_manifest(2)
     with pytest.raises(UnknownVersion):
