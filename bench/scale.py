@@ -203,8 +203,8 @@ def main(argv: list[str]) -> None:
     api = []
     if args.api:
         with ExitStack() as stack:
-            objects = new_bucket(stack.enter_context(s3_server(Path(tempfile.mkdtemp()) / "moto.log"))) \
-                if args.api_object_store else None
+            logs = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            objects = new_bucket(stack.enter_context(s3_server(logs / "moto.log"))) if args.api_object_store else None
             api = api_rows(args.documents, settings.models_dir, args.api_requests, args.worker_timeout, objects)
     out = args.out or RESULTS_ROOT / f"scale-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)

@@ -276,7 +276,7 @@ def main(argv: list[str]) -> None:
     second_nf = None if args.lama_passages else args.lama  # the passages' rows are what is taught
     started, at_once = time.time(), args.workers > 0
     if args.url:
-        summary = run(args.url, facts, args.method, args.weighting, not args.no_probes, second_nf, modes)
+        summary = run(args.url, facts, args.method, args.weighting, not args.no_probes, second_nf, modes, at_once)
     else:
         from bench.api_scale import fill, redis_without_worker
         from core.settings import Settings

@@ -2,8 +2,9 @@
 through a cache in the process's own data folder.
 
 A delta is stored under a name of its own (its SHA-256 and a random suffix) and never changed, so a cached copy is
-good for as long as it exists, and a reader checks the hash of what it got (core/version_tables.py). boto3 talks to the store: it signs requests,
-retries, and reads credentials and endpoints the way every S3 tool does (AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL_S3, ...).
+good for as long as it exists, and a reader checks the hash of what it got (core/version_tables.py). boto3 talks to
+the store: it signs requests, retries, and reads credentials and endpoints the way every S3 tool does
+(AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL_S3, ...).
 """
 from __future__ import annotations
 

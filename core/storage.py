@@ -3,7 +3,7 @@
 By default everything is in the data folder (one machine, or machines that share it): version folders, the probe
 suites' files, a file lock for the learner. With CKL_OBJECT_STORE_URL nothing is shared through a folder: versions
 and the probe suites are in the database (CKL_DATABASE_URL: PostgreSQL for several machines), deltas in the object
-store, and the learner's lease is the database's advisory lock; each process's data folder keeps only caches.
+store, and the learners' locks are the database's advisory locks; each process's data folder keeps only caches.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
-from core.database import connect, sqlite_url
+from core.database import connect
 from core.fileio import write_bytes_atomic
 from core.leases import LEARNER_LEASE, PROBES_LOCK, lease
 from core.objects import CachedObjects, ObjectStore, S3Objects
@@ -28,16 +28,17 @@ from core.versions import VersionStore
 
 
 def shared_engine(settings: Settings) -> Engine | None:
-    """The database that holds what the processes share; None: the data folder holds it."""
-    if settings.object_store_url is None:
+    """The database that holds what the processes share (Settings requires its URL with an object store); None: the
+    data folder holds it."""
+    if settings.object_store_url is None or settings.database_url is None:
         return None
-    return connect(settings.database_url or sqlite_url(settings.data_dir))
+    return connect(settings.database_url)
 
 
 def open_versions(settings: Settings) -> VersionStore:
-    if (engine := shared_engine(settings)) is None:
+    if (engine := shared_engine(settings)) is None or settings.object_store_url is None:
         return FolderVersionStore(settings.data_dir / "versions")
-    objects = CachedObjects(S3Objects(settings.object_store_url or ""), settings.data_dir / "cache" / "deltas",
+    objects = CachedObjects(S3Objects(settings.object_store_url), settings.data_dir / "cache" / "deltas",
                             settings.delta_cache_mb << 20)
     return DatabaseVersionStore(engine, objects)
 

@@ -69,7 +69,7 @@ def commit(parts: Parts, run: Run, scores: Scores, probes: list[dict[str, str]],
                 "namespace": namespace_of(run.record), **outcome, **({"key": begun.key} if begun else {}),
                 **run.method.manifest_fields()}
     faults.kill_point("before_commit")
-    on, delta = run.parent, run.method.delta()
+    on, delta, trained = run.parent, run.method.delta(), manifest
     for attempt in range(MAX_REBASES + 1):
         try:
             version = parts.versions.commit(on, delta, manifest, spec.delta_file)
@@ -77,7 +77,7 @@ def commit(parts: Parts, run: Run, scores: Scores, probes: list[dict[str, str]],
         except ParentMoved:  # another worker committed: on its version where they cannot meet, else trained again
             if attempt == MAX_REBASES or (on := rebase.onto(parts, run)) is None:
                 raise
-            manifest = rebase.rebased_manifest(parts, run, manifest, on)
+            manifest = rebase.rebased_manifest(parts, run, trained, on)
     faults.kill_point("after_commit")
     run.method.committed(version)
     if on == run.parent:
