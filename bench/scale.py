@@ -37,6 +37,7 @@ from bench.teach import general_prompts, percentile
 from core import routing
 from core.settings import Settings
 from core.version_folders import FolderVersionStore
+from core.versions import VersionStore
 from methods.routed.layer import LoraShape, RoutedLora, pick_layers
 from methods.routed.serving import lora_shape
 from methods.routed.storage import pack, unpack
@@ -133,6 +134,12 @@ def dropped_from_page_cache(path: Path) -> None:
         os.close(fd)
 
 
+def read_delta(store: VersionStore, version: int) -> None:
+    """A version's routed delta read as a route reads it: hash checked, promoted to float32."""
+    for tensor in unpack(store.load_delta(version)).values():
+        tensor.to(torch.float32)
+
+
 def deltas(settings: Settings, count: int) -> dict:
     """Real files in a real version store: their size, and the time to read one for a route."""
     config = settings.method_config("routed")
@@ -145,8 +152,7 @@ def deltas(settings: Settings, count: int) -> dict:
 
         def read(version: int) -> float:
             clock = time.perf_counter()
-            for tensor in unpack(store.load_delta(version)).values():
-                tensor.to(torch.float32)
+            read_delta(store, version)
             return time.perf_counter() - clock
 
         warm = [read(v) for v in versions]

@@ -17,27 +17,19 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
-import torch
-
-from bench.scale import ms, random_delta
+from bench.scale import ms, random_delta, read_delta
 from bench.server import new_bucket, s3_server
 from core.settings import Settings
 from core.storage import open_versions
 from core.version_folders import FolderVersionStore
 from core.versions import VersionStore
 from methods.routed.serving import lora_shape
-from methods.routed.storage import unpack
 
 
 def timed(call: Callable[[], object]) -> float:
     clock = time.perf_counter()
     call()
     return time.perf_counter() - clock
-
-
-def read(store: VersionStore, version: int) -> None:
-    for tensor in unpack(store.load_delta(version)).values():
-        tensor.to(torch.float32)
 
 
 def measure(name: str, fresh: Callable[[], VersionStore], settings: Settings, count: int) -> dict:
@@ -50,9 +42,9 @@ def measure(name: str, fresh: Callable[[], VersionStore], settings: Settings, co
                                                                        "method": "routed"}
         commits.append(timed(lambda: versions.append(store.commit(store.current(), delta, manifest,
                                                                   "routed_lora.safetensors"))))
-    warm = [timed(lambda v=v: read(store, v)) for v in versions]
+    warm = [timed(lambda v=v: read_delta(store, v)) for v in versions]
     cold_store = fresh()
-    cold = [timed(lambda v=v: read(cold_store, v)) for v in versions]
+    cold = [timed(lambda v=v: read_delta(cold_store, v)) for v in versions]
     current = [timed(store.current) for _ in range(200)]
     lineage_s = timed(lambda: fresh().lineage(versions[-1]))
     return {"store": name, "versions": count, "bytes_per_delta": store.manifest(versions[0])["delta_bytes"],

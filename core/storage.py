@@ -35,16 +35,17 @@ def shared_engine(settings: Settings) -> Engine | None:
     return connect(settings.database_url)
 
 
-def open_versions(settings: Settings) -> VersionStore:
-    if (engine := shared_engine(settings)) is None or settings.object_store_url is None:
+def open_versions(settings: Settings, engine: Engine | None = None) -> VersionStore:
+    """`engine`: shared_engine's, where the caller has made it (one pool per process, not one per store)."""
+    if (engine := engine or shared_engine(settings)) is None or settings.object_store_url is None:
         return FolderVersionStore(settings.data_dir / "versions")
     objects = CachedObjects(S3Objects(settings.object_store_url), settings.data_dir / "cache" / "deltas",
                             settings.delta_cache_mb << 20)
     return DatabaseVersionStore(engine, objects)
 
 
-def open_suites(settings: Settings) -> ProbeSuites:
-    if (engine := shared_engine(settings)) is None:
+def open_suites(settings: Settings, engine: Engine | None = None) -> ProbeSuites:
+    if (engine := engine or shared_engine(settings)) is None:
         return ProbeSuites(FolderValues(settings.data_dir / "probes"))
     return ProbeSuites(TableValues(engine, lease(engine, PROBES_LOCK, settings.data_dir, ".probes.lock")))
 
@@ -79,9 +80,9 @@ def method_lock(settings: Settings, name: str, key: int) -> AbstractContextManag
     return lease(shared_engine(settings), key, settings.data_dir / name, ".lock")
 
 
-def learner_lease(settings: Settings) -> AbstractContextManager:
+def learner_lease(settings: Settings, engine: Engine | None = None) -> AbstractContextManager:
     """Held by the one learner that may train at a time (workers/learner.py)."""
-    return lease(shared_engine(settings), LEARNER_LEASE, settings.data_dir, "learner.lock")
+    return lease(engine or shared_engine(settings), LEARNER_LEASE, settings.data_dir, "learner.lock")
 
 
 def document_lease(engine: Engine | None, settings: Settings, document_id: str) -> AbstractContextManager:

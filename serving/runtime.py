@@ -17,7 +17,7 @@ from core.probes import GENERAL_TOKENS, ProbeSuites
 from core.queue import VERSION_CHANNEL, InProcessQueue, JobFunction, JobQueue, RQQueue, job_id_for
 from core.scoring import greedy_continuations, score_probes
 from core.settings import Settings
-from core.storage import open_suites, open_versions
+from core.storage import open_suites, open_versions, shared_engine
 from core.versions import UnknownVersion, VersionStore
 from serving import forgetting
 
@@ -57,8 +57,9 @@ class Runtime:
     def create(cls, settings: Settings, run_job: JobFunction | None = None,
                load: Callable[[], LoadedModel] | None = None, preview: Preview | None = None,
                warm: Callable[[], object] | None = None) -> Runtime:
-        return cls(settings, DocumentStore(settings.data_dir, settings.database_url), open_versions(settings),
-                   open_suites(settings), run_job, warm, load, preview)
+        engine = shared_engine(settings)
+        return cls(settings, DocumentStore(settings.data_dir, settings.database_url), open_versions(settings, engine),
+                   open_suites(settings, engine), run_job, warm, load, preview)
 
     def start(self) -> None:
         """Load the model and start the queue and the version watcher (runs in a background thread)."""

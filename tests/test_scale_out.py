@@ -41,30 +41,36 @@ def test_two_apis_and_two_workers_share_one_redis_and_one_data_folder(tiny_model
     apis = [Server(data, env), Server(data, env)]
     workers = [Proc(["worker"], apis[0].env, tmp_path / f"worker-{i}.log") for i in (1, 2)]
     try:
-        for process in [*apis, *workers]:
-            process.start()
-        for api in apis:
-            api.wait_ready(120)
-        wait_for_workers(redis_url, env["CKL_QUEUE_NAME"], 2)
+        start_all(apis, workers, redis_url, env["CKL_QUEUE_NAME"])
         ids = [teach(apis[i % 2].url, body) for i, body in enumerate(FACTS)]  # through either API
         records = [wait_for_document(apis[(i + 1) % 2].url, d, timeout_s=240) for i, d in enumerate(ids)]
         assert [r["status"] for r in records] == ["committed"] * 3, (records, [w.tail() for w in workers])
         manifests = assert_each_document_committed_once(data, ids)  # no two commits share a parent
         newest = max(m["version"] for m in manifests)
-        for api in apis:  # both swap the newest version in and answer each taught prompt from it alike
-            deadline = time.monotonic() + 30
-            while answer(api.url, "the capital of").get("knowledge_version") != newest:
-                assert time.monotonic() < deadline, api.tail()
-                time.sleep(0.2)
-        for body in FACTS:
-            first, second = (answer(api.url, body["probes"][0]["prompt"]) for api in apis)
-            assert first["text"] == second["text"] and first["knowledge_version"] == newest
+        first_served(apis, newest)  # both swap the newest version in and answer each taught prompt from it alike
+        answer_alike(apis, FACTS, newest)
         assert (data / "ckl.db").exists()  # the records are where the default says
         ran = [sum(d in w.log.read_text() for d in ids) for w in workers]
         assert all(ran), f"each worker should have taken a job: {ran}"
     finally:
         for process in [*workers, *apis]:
             process.kill(signal.SIGTERM)
+
+
+def start_all(apis: list[Server], workers: list[Proc], redis_url: str, queue: str) -> None:
+    """Every process started; returns once the APIs are ready and every worker listens on `queue`."""
+    for process in [*apis, *workers]:
+        process.start()
+    for api in apis:
+        api.wait_ready(120)
+    wait_for_workers(redis_url, queue, len(workers))
+
+
+def answer_alike(apis: list[Server], bodies: list[dict], version: int) -> None:
+    """Each API answers each taught prompt from `version`, and all of them alike."""
+    for body in bodies:
+        first, second = (answer(api.url, body["probes"][0]["prompt"]) for api in apis)
+        assert first["text"] == second["text"] and first["knowledge_version"] == version
 
 
 def first_served(apis: list[Server], version: int, timeout_s: float = 30) -> list[float]:
@@ -97,11 +103,7 @@ def test_two_apis_and_three_workers_with_no_shared_folder_lose_nothing_when_one_
                     tmp_path / f"{name}.log")
     workers = [worker("worker-1", CKL_FAULT_KILL_AT="training"), worker("worker-2"), worker("worker-3")]
     try:
-        for process in [*apis, *workers]:
-            process.start()
-        for api in apis:
-            api.wait_ready(120)
-        wait_for_workers(redis_url, env["CKL_QUEUE_NAME"], 3)
+        start_all(apis, workers, redis_url, env["CKL_QUEUE_NAME"])
         bodies = [*FACTS, fact("velmaro", "tosk"), fact("brannoch", "ilse")]
         ids = [teach(apis[i % 2].url, body) for i, body in enumerate(bodies)]
         assert workers[0].popen.wait(120) == -signal.SIGKILL  # killed with a document in training
@@ -127,9 +129,7 @@ def test_two_apis_and_three_workers_with_no_shared_folder_lose_nothing_when_one_
         version = wait_for_document(apis[0].url, teach(apis[0].url, fact("ostrel", "kell")), timeout_s=120)["version"]
         committed_at = store.manifest(version)["created_at"]
         assert all(at - committed_at <= 2.0 for at in first_served(apis, version)), committed_at
-        for body in bodies:  # each answers from the same deltas, fetched from the object store
-            first, second = (answer(api.url, body["probes"][0]["prompt"]) for api in apis)
-            assert first["text"] == second["text"] and first["knowledge_version"] == version
+        answer_alike(apis, bodies, version)  # from the same deltas, fetched from the object store
         for folder in tmp_path.glob("*/data"):  # nothing shared through a folder: no versions, no suites there
             assert not (folder / "versions").exists() and not (folder / "probes").exists(), folder
     finally:

@@ -46,17 +46,17 @@ class Learner:
                  publish: Callable[[int], None] | None = None, busy: Callable[[], bool] | None = None) -> None:
         loaded = loaded or load_model(settings)
         self.model, self.documents = loaded.model, DocumentStore(settings.data_dir, settings.database_url)
-        self.versions, self.suites = open_versions(settings), open_suites(settings)
+        self.engine = shared_engine(settings)  # one pool for the stores and the leases, where no folder is shared
+        self.versions, self.suites = open_versions(settings, self.engine), open_suites(settings, self.engine)
         self.held = Held(settings, loaded.model, loaded.tokenizer, loaded.name, self.versions, self.suites)
-        # Rests between training steps and after each phase of a job while the API of this process decodes
-        # (embedded: one machine for both).
+        # Rests between steps and after each phase of a job while the API of this process decodes (embedded).
         self.rests = Rests(YieldToServing(settings.embedded.learn_share, busy or (lambda: False)))
         self.parts = Parts(settings, loaded.model, loaded.tokenizer, self.documents, self.versions, self.suites,
                            self.held, Scorer(loaded.model, loaded.tokenizer, self.held, self.rests),
                            Weigher(settings, loaded.model, loaded.tokenizer, loaded.name, self.held.method),
                            self.rests, publish or (lambda version: None))
-        self.turns, self.engine = learner_lease(settings), shared_engine(settings)  # engine: the documents' leases
-        self.lease = nullcontext() if settings.training.parallel else self.turns  # warming up takes turns anyway
+        self.turns = learner_lease(settings, self.engine)  # warming up takes turns; jobs too unless in parallel
+        self.lease = nullcontext() if settings.training.parallel else self.turns
         map_large_blocks()  # a long document's steps would otherwise leave their transients in RSS
 
     @property
