@@ -253,9 +253,10 @@ def test_int8_storage_keeps_each_rank_component_within_half_a_step_and_a_quarter
     assert storage.unpack(storage.pack(factors, "bfloat16"))["m.A"].dtype == torch.bfloat16
 
 
-def test_a_version_made_from_its_held_parent_serves_as_one_composed_from_its_lineage(tmp_path, monkeypatch):
-    """install_committed makes a routed version whose parent the server holds from the parent's state
-    (ServedMethod.extend), without reading the lineage: it routes and answers as a server that composed it."""
+def test_a_version_made_from_a_held_ancestor_serves_as_one_composed_from_its_lineage(tmp_path, monkeypatch):
+    """install_committed makes a routed version from the state of an ancestor the server holds, through the versions
+    it never swapped in (committed faster than it swaps), without reading the lineage (ServedMethod.extend): it
+    routes and answers as a server that composed it."""
     from core.model import served_model as serving_module
     from core.model.served_model import ServingModel, install_committed
     from tests.api_app import tiny_settings
@@ -265,25 +266,27 @@ def test_a_version_made_from_its_held_parent_serves_as_one_composed_from_its_lin
 
     settings = tiny_settings(tmp_path)
     learner = Learner(settings, loaded=tiny_loaded())
-    quessia = {**FACT, "text": "the capital of quessia is dorvane",
-               "probes": [{"prompt": "the capital of quessia is", "answer": "dorvane"}]}
-    for body in ({**FACT, "method": "routed"}, {**quessia, "method": "routed"}):
-        assert learner.learn(submit(learner, body)) == "committed"
+    quessia, brellin = ({**FACT, "text": f"the capital of {country} is {city}",
+                         "probes": [{"prompt": f"the capital of {country} is", "answer": city}]}
+                        for country, city in (("quessia", "dorvane"), ("brellin", "ostmark")))
+    for body in (FACT, quessia, brellin):
+        assert learner.learn(submit(learner, {**body, "method": "routed"})) == "committed"
     grown, composed = ServingModel(tiny_loaded(), settings), ServingModel(tiny_loaded(), settings)
     install_committed(grown, learner.versions, 1)
-    install_committed(composed, learner.versions, 2)
+    install_committed(composed, learner.versions, 3)
     lineages = []
     resolve = serving_module.resolve
     monkeypatch.setattr(serving_module, "resolve", lambda *args: lineages.append(args) or resolve(*args))
-    install_committed(grown, learner.versions, 2)
+    install_committed(grown, learner.versions, 3)  # version 2 never swapped in
     assert lineages == []
-    for prompt in ("the capital of veltoria is", "the capital of quessia is", "the sky is"):
+    for prompt in ("the capital of veltoria is", "the capital of quessia is", "the capital of brellin is", "the sky is"):
         ids = torch.tensor([grown.tokenizer(prompt)["input_ids"]])
-        routes = grown.routes(2, prompt)
-        assert routes == composed.routes(2, prompt)
-        assert torch.equal(grown.run(2, lambda m: m(ids).logits, routes),
-                           composed.run(2, lambda m: m(ids).logits, routes))
-    assert grown.routes(2, "the capital of quessia is")["routed"] is not None
+        routes = grown.routes(3, prompt)
+        assert routes == composed.routes(3, prompt)
+        assert torch.equal(grown.run(3, lambda m: m(ids).logits, routes),
+                           composed.run(3, lambda m: m(ids).logits, routes))
+    assert grown.routes(3, "the capital of quessia is")["routed"] is not None
+    assert grown.routes(3, "the capital of brellin is")["routed"] is not None
 
 
 def test_examples_of_different_lengths_lose_the_same_in_passes_of_similar_length(tiny):

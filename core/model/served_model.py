@@ -88,16 +88,23 @@ class ServingModel:
                 self._loaded.discard(version)
                 self._knowledge.pop(version, None)
 
-    def extended(self, manifest: dict[str, Any], load_delta: LoadDelta) -> Knowledge | None:
-        """What `manifest`'s version holds, made from its parent's where the parent is held and both the table and the
-        manifest's method can tell how (ServedMethod.extend); None: compose it from the lineage."""
+    def holds(self, version: int) -> bool:
         with self._lock:
-            parent = self._knowledge.get(manifest["parent"] or 0)
-        name = manifest["method"]
-        if parent is None or name not in self.methods or (table := extended(parent.table, manifest)) is None:
-            return None
-        grown = self.methods[name].extend(parent.get(name), manifest, load_delta)
-        return None if grown is None else Knowledge(table, {**parent.states, name: grown})
+            return version in self._knowledge
+
+    def extended(self, chain: list[dict[str, Any]], load_delta: LoadDelta) -> Knowledge | None:
+        """What the last of `chain`'s versions holds (manifests oldest first, the first one's parent held), made
+        from the held parent's one version at a time where the table and each manifest's method can tell how
+        (ServedMethod.extend); None: compose it from the lineage."""
+        with self._lock:
+            knowledge = self._knowledge.get(chain[0]["parent"] or 0) if chain else None
+        for manifest in chain:
+            name = manifest["method"]
+            if knowledge is None or name not in self.methods or (table := extended(knowledge.table, manifest)) is None:
+                return None
+            grown = self.methods[name].extend(knowledge.get(name), manifest, load_delta)
+            knowledge = None if grown is None else Knowledge(table, {**knowledge.states, name: grown})
+        return knowledge
 
     @contextmanager
     def pinned(self, version: int | None = None, load: Callable[[], Knowledge] | None = None) -> Iterator[int]:
@@ -193,11 +200,27 @@ class ServingModel:
         return {name: route for name, route in routes.items() if not self.methods[name].per_row}
 
 
+MAX_EXTENDED = 64  # versions a swap makes one by one from a held ancestor; from further back, the lineage is composed
+
+
 def install_committed(serving: ServingModel, versions: VersionStore, version: int) -> float:
     """Make a committed version of the store current on the served model (its deltas checked by hash, read
-    before decoding is paused); the seconds decoding was paused. A version whose parent is held is made from the
-    parent's state where its method can tell how (ServedMethod.extend), else composed from its lineage."""
+    before decoding is paused); the seconds decoding was paused. A version whose parent, or an ancestor a few versions
+    back, is held is made from that one's state where its method can tell how (ServedMethod.extend): versions
+    committed faster than this process swaps them in are not composed from the whole lineage each time. Else it
+    is composed from its lineage."""
     if not version:
         return serving.install(0, None)
-    state = serving.extended(versions.manifest(version), versions.load_delta)
+    state = serving.extended(unheld(serving, versions, version), versions.load_delta)
     return serving.install(version, resolve(versions, version) if state is None else state)
+
+
+def unheld(serving: ServingModel, versions: VersionStore, version: int) -> list[dict[str, Any]]:
+    """The manifests from the newest held ancestor of `version` (not included) to `version`, oldest first; [] when
+    none is held within MAX_EXTENDED versions."""
+    chain = [versions.manifest(version)]
+    while not serving.holds(parent := chain[-1]["parent"] or 0):
+        if not parent or len(chain) == MAX_EXTENDED:
+            return []
+        chain.append(versions.manifest(parent))
+    return chain[::-1]
