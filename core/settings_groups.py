@@ -78,8 +78,8 @@ class LimitsSettings(BaseSettings):
         "Generations one key's owner may have running or waiting at once, with keys configured; past it, 429."))
     prefill_share: float = Field(0.1, gt=0, le=1, description=(
         "While other keys' answers decode, one key's prompts over 256 tokens take at most this share of the "
-        "decoder: after such a prompt's prefill, the key's next one waits (1 / share - 1) times as long as it took "
-        "(serving/batching.py). 1: no wait."))
+        "decoder: they are prefilled 256 tokens at a time, and after each such chunk the key's next one waits "
+        "(1 / share - 1) times as long as it took (serving/batching.py). 1: no wait."))
     max_queued_documents: int = Field(1000, gt=0, description="Documents queued or training, all keys together.")
     max_queued_per_key: int = Field(100, gt=0, description="Documents queued or training for one key.")
     max_must_keep_probes: int = Field(1000, gt=0, description="Must-keep probes (every job scores them all).")

@@ -29,8 +29,10 @@ how much: docs/decisions.md, Continuous batching), so a near-tie between the two
 either way.
 
 Long prompts. A prefill holds every running sequence back (seconds for thousands of tokens on a CPU). A prompt over
-`free_tokens` is prefilled alone, and while other senders' requests decode or wait, it waits (1 / prefill_share - 1)
-times as long as its sender's last such prefill took: a key sending long prompts takes at most that share.
+`free_tokens` is prefilled alone, `free_tokens` at a time, one chunk a round between the decoding steps of the others,
+so an answer waits at most one chunk's time for each step. While other senders' answers decode, each chunk waits
+(1 / prefill_share - 1) times as long as its sender's last chunk took (and a long prompt waits to be admitted while
+its sender owes such time): a key sending long prompts takes at most that share of the decoder.
 
 Versions. A sequence pins its version when it is submitted and releases it when it is retired; `install`
 takes the serving lock, which every forward pass holds, so a swap lands between two steps and a running
@@ -39,58 +41,37 @@ answer keeps its version. Versions pinned by running sequences form groups of th
 from __future__ import annotations
 
 import math
-import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from core.heap import give_back
-from core.model.served_model import Routes, ServingModel
+from core.model.served_model import ServingModel
 from core.served import ROUTED, Choice
 from core.state import Knowledge
 from serving import batch_cache
 from serving.generation import Answer, Generation, SamplingParams, eos_ids, sample_token, seeded
-from serving.shares import FREE_PREFILL_TOKENS, held_back, owed_wait
+from serving.rows import Group, Prefilling, Sequence
+from serving.shares import FREE_PREFILL_TOKENS, LongPrompts
 
 BUSY_GAP_S = 1.0  # a pause in decoding shorter than this still counts as decoding (Scheduler.busy)
 
 
-@dataclass(eq=False)
-class Sequence:
-    """One request being decoded."""
-    prompt_ids: list[int]
-    version: int
-    routes: Routes
-    answer: Answer
-    generator: torch.Generator | None
-    release: Callable[[], None]  # unpins the version (and runs the submitter's on_retire); harmless twice
-    started: float
-    used: list[dict[str, Any]]  # the knowledge its routes use (ServingModel.cite)
-    out: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)  # pieces, then the Generation or an error
-    first_token_s: float = 0.0
-    sender: str | None = None  # whose request (a key's owner): long prompts are shared out per sender
-    # Set when the client went away (the stream closed, or its consumer closed from another thread while one
-    # was blocked reading it): retired at the next round.
-    cancelled: threading.Event = field(default_factory=threading.Event)
-
-
-@dataclass(eq=False)
-class Group:
-    """Sequences decoded by one forward pass: one version, one set of routes but those routed per row."""
-    key: Hashable
-    version: int
-    routes: Routes
-    rows: list[Sequence]
-    cache: object  # a DynamicCache, one row per sequence
-    mask: torch.Tensor  # [rows, columns]: 1 on tokens, 0 on left padding
-    positions: torch.Tensor  # [rows]: each row's position of its next input token
-    last: torch.Tensor  # [rows]: each row's last sampled token, its next input
+def give_back_when_idle(busy: Callable[[], bool]) -> None:
+    """Once decoding has paused for BUSY_GAP_S, hand what the last burst freed back to the system: glibc's heaps (one
+    per thread that allocated) keep freed pages, and RSS climbed by each burst's transients (docs/decisions.md:
+    "Giving memory back when decoding pauses"). Not on every exit: a lone client's next request would fault the
+    pages in again."""
+    idle = threading.Timer(BUSY_GAP_S, lambda: busy() or give_back())
+    # Not a daemon (it would inherit the decoder's): the process's exit waits for it, at most BUSY_GAP_S. A daemon
+    # one still waiting at exit aborted the process now and then ("terminate called without an active exception").
+    idle.daemon = False
+    idle.start()
 
 
 class Scheduler:
@@ -98,9 +79,7 @@ class Scheduler:
                  free_tokens: int = FREE_PREFILL_TOKENS) -> None:
         self.serving = serving
         self.max_running = max_running
-        self.prefill_share, self.free_tokens = prefill_share, free_tokens
-        # Per sender (a configured key's owner: a bounded set), when its next long prompt may be prefilled.
-        self._prefill_until: dict[str | None, float] = {}
+        self.long = LongPrompts(prefill_share, free_tokens)
         self.stops = eos_ids(serving)
         self._lock = threading.Lock()  # guards _waiting and _thread
         self._waiting: deque[Sequence] = deque()
@@ -109,7 +88,7 @@ class Scheduler:
         self._active_at = -math.inf  # time.monotonic() of the decoder's last round
 
     def running(self) -> int:
-        return sum(len(group.rows) for group in list(self._groups.values()))
+        return sum(len(group.rows) for group in list(self._groups.values())) + len(self.long.prefilling)
 
     def busy(self, within_s: float = BUSY_GAP_S) -> bool:
         """Whether a sequence runs or waits, or did `within_s` ago: between one client's request and its next the
@@ -171,41 +150,35 @@ class Scheduler:
                     self._active_at = time.monotonic()
                     batches: dict[Hashable, list[Sequence]] = {}
                     for sequence in admitted:  # prefilled together where they may share a pass, a long prompt
-                        long = len(sequence.prompt_ids) > self.free_tokens  # alone (no row padded to its length)
-                        batches.setdefault(sequence if long else self._key(sequence), []).append(sequence)
+                        if sequence.answer.finish_reason is not None:  # alone; nothing to generate (max_new_tokens 0)
+                            self._end(sequence)
+                        elif self.long.is_long(sequence):  # (no row padded to its length)
+                            self.long.prefilling.append(Prefilling(sequence))
+                        else:
+                            batches.setdefault(self._key(sequence), []).append(sequence)
                     for batch in batches.values():
-                        clock = time.monotonic()
                         self._prefill(batch)
-                        self._charge(batch, time.monotonic() - clock)
+                    self._prefill_chunks()
                     for group in list(self._groups.values()):
                         self._step(group)
-            idle = threading.Timer(BUSY_GAP_S, self._give_back_if_idle)
-            # Not a daemon (it would inherit the decoder's): the process's exit waits for it, at most BUSY_GAP_S. A
-            # daemon one still waiting at exit aborted the process now and then ("terminate called without an
-            # active exception").
-            idle.daemon = False
-            idle.start()
+            give_back_when_idle(self.busy)
         except Exception as exc:  # a fault outside a forward pass: no request may be left waiting for it
             with self._lock:
                 stranded = [s for group in self._groups.values() for s in group.rows] + admitted + list(self._waiting)
-                self._groups, self._thread = {}, None
+                stranded += [p.sequence for p in self.long.prefilling if p.sequence not in admitted]
+                self._groups, self.long.prefilling, self._thread = {}, [], None
                 self._waiting.clear()
             self._fail(stranded, exc)  # releasing a pin twice is harmless (ExitStack.close)
             raise
-
-    def _give_back_if_idle(self) -> None:
-        """Once decoding has paused for BUSY_GAP_S, hand what the last burst freed back to the system: glibc's
-        heaps (one per thread that allocated) keep freed pages, and RSS climbed by each burst's transients
-        (docs/decisions.md: "Giving memory back when decoding pauses"). Not on every exit: a lone client's next
-        request would fault the pages in again."""
-        if not self.busy():
-            give_back()
 
     def _next_round(self) -> list[Sequence] | None:
         """Retire the cancelled, take the sequences to admit; None (the thread ends) once nothing is left."""
         for group in list(self._groups.values()):
             if gone := [s for s in group.rows if s.cancelled.is_set()]:
                 self._retire(group, gone)
+        for prefilling in [p for p in self.long.prefilling if p.sequence.cancelled.is_set()]:
+            self.long.prefilling.remove(prefilling)
+            self._end(prefilling.sequence)
         with self._lock:
             for sequence in [s for s in self._waiting if s.cancelled.is_set()]:
                 self._waiting.remove(sequence)
@@ -215,43 +188,47 @@ class Scheduler:
                 s.sender for s in self._waiting}  # clients whose requests come back together may all be waiting
             admitted = []
             for sequence in list(self._waiting):
-                if len(admitted) < room and not held_back(sequence, others, self.free_tokens, self._prefill_until, now):
+                if len(admitted) < room and not self.long.held_back(sequence, others, now):
                     self._waiting.remove(sequence)
                     admitted.append(sequence)
-                    if len(sequence.prompt_ids) > self.free_tokens:
-                        self._prefill_until[sequence.sender] = math.inf  # one a round; _charge sets the wait
-            if not admitted and not self._groups:
+            if not admitted and not self._groups and not self.long.prefilling:
                 self._thread = None
                 return None
         return admitted
 
-    def _charge(self, batch: list[Sequence], seconds: float) -> None:
-        """The senders of long prompts in a prefill that took `seconds` wait (1 / share - 1) times as long."""
-        now = time.monotonic()
-        for sequence in batch:
-            if len(sequence.prompt_ids) > self.free_tokens:
-                self._prefill_until[sequence.sender] = now + owed_wait(seconds, self.prefill_share)
+    def _prefill_chunks(self) -> None:
+        """The next chunk of the long prompts whose turn it is (LongPrompts.next_chunks); a prompt whose last chunk
+        ran gets its first token and joins its group."""
+        for prefilling in self.long.next_chunks({s.sender for group in self._groups.values() for s in group.rows}):
+            if self._chunk(prefilling):
+                self.long.prefilling.remove(prefilling)
+
+    def _chunk(self, prefilling: Prefilling) -> bool:
+        """Prefill the next `free_tokens` of a long prompt; whether it is done with (prefilled, or failed)."""
+        sequence = prefilling.sequence
+        end = min(prefilling.done + self.long.free_tokens, len(sequence.prompt_ids))
+        ids = torch.tensor([sequence.prompt_ids[prefilling.done:end]], device=self.serving.device)
+        try:
+            out = self.serving.run(sequence.version, lambda m: m(input_ids=ids, cache=prefilling.cache, use_cache=True,
+                                                                 logits_to_keep=1), sequence.routes)
+        except Exception as exc:
+            self._fail([sequence], exc)
+            return True
+        prefilling.cache, prefilling.done = out.cache, end
+        if end < len(sequence.prompt_ids):
+            return False
+        self._join([sequence], out, torch.ones(1, end, dtype=torch.long, device=self.serving.device))
+        return True
 
     def _key(self, sequence: Sequence) -> Hashable:
         """What sequences sharing a forward pass must share: the version, and the routes not routed per row."""
         return sequence.version, tuple(sorted(self.serving.shared_routes(sequence.routes).items()))
 
-    def _prefill(self, batch: list[Sequence]) -> None:
+    def _prefill(self, ready: list[Sequence]) -> None:
         """The prompts of sequences with one key, left-padded into one forward pass; each row's first token, and
         the rows into their group (a prompt alone is not padded, so its first token is the one a lone request
         gets)."""
-        ready = []
-        for sequence in batch:
-            if sequence.answer.finish_reason is None:
-                ready.append(sequence)
-            else:  # nothing to generate (max_new_tokens 0)
-                self._end(sequence)
-        if not ready:
-            return
-        device, length = self.serving.device, max(len(s.prompt_ids) for s in ready)
-        ids = torch.tensor([[0] * (length - len(s.prompt_ids)) + s.prompt_ids for s in ready], device=device)
-        mask = (torch.arange(length, device=device)[None, :]
-                >= torch.tensor([length - len(s.prompt_ids) for s in ready], device=device)[:, None]).long()
+        ids, mask = batch_cache.left_padded([s.prompt_ids for s in ready], self.serving.device)
         padded = {"attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0)} if len(ready) > 1 else {}
         try:
             out = self.serving.run(ready[0].version, lambda m: m(input_ids=ids, use_cache=True, logits_to_keep=1,
@@ -264,6 +241,12 @@ class Scheduler:
             for sequence in ready:
                 self._prefill([sequence])
             return
+        self._join(ready, out, mask)
+
+    def _join(self, ready: list[Sequence], out: Any, mask: torch.Tensor) -> None:
+        """Prefilled rows (`out`: their forward pass; `mask`: their columns): each row's first token, and the rows
+        that go on into their group."""
+        device = self.serving.device
         logits = out.logits[:, -1].float().cpu()
         tokens = [self._take(s, logits[i]) for i, s in enumerate(ready)]
         live = [i for i, s in enumerate(ready) if s.answer.finish_reason is None]

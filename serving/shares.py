@@ -3,10 +3,12 @@ and whether a waiting sequence waits another round (serving/batching.py: Long pr
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from serving.batching import Sequence
+    from serving.rows import Prefilling, Sequence
 
 FREE_PREFILL_TOKENS = 256  # a prompt this long or shorter (a question, a paragraph as context) is never held back
 
@@ -22,3 +24,34 @@ def held_back(sequence: Sequence, others: set[str | None], free_tokens: int, unt
     paid for yet, while other senders' answers decode or wait (`others`: the senders of both)."""
     return len(sequence.prompt_ids) > free_tokens and until.get(sequence.sender, -math.inf) > now \
         and bool(others - {sequence.sender})
+
+
+class LongPrompts:
+    """The long prompts being prefilled a chunk a round, and when each sender's next chunk may run."""
+
+    def __init__(self, share: float, free_tokens: int) -> None:
+        self.share, self.free_tokens = share, free_tokens
+        self.prefilling: list[Prefilling] = []
+        self.until: dict[str | None, float] = {}  # per sender (a configured key's owner: a bounded set)
+
+    def is_long(self, sequence: Sequence) -> bool:
+        return len(sequence.prompt_ids) > self.free_tokens
+
+    def held_back(self, sequence: Sequence, others: set[str | None], now: float) -> bool:
+        return held_back(sequence, others, self.free_tokens, self.until, now)
+
+    def next_chunks(self, decoding: set[str | None]) -> Iterator[Prefilling]:
+        """The prefills whose next chunk runs this round, at most one a sender: those whose sender owes no time, or
+        whom no other sender's answer waits for (`decoding`: the senders of the answers decoding). Each chunk the
+        caller runs before asking for the next is charged to its sender while others decode."""
+        ran: set[str | None] = set()
+        for prefilling in list(self.prefilling):
+            sender = prefilling.sequence.sender
+            others = decoding - {sender}
+            if sender in ran or (others and self.until.get(sender, -math.inf) > time.monotonic()):
+                continue
+            ran.add(sender)
+            clock = time.monotonic()
+            yield prefilling
+            if others:  # a sender alone on the decoder owes nobody
+                self.until[sender] = time.monotonic() + owed_wait(time.monotonic() - clock, self.share)
