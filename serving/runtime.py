@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 # A queued record without a job older than this was left by a crash between its write and its enqueue (a live
 # request takes milliseconds between the two): the API queues its job.
 UNQUEUED_AFTER_S = 30.0
-Preview = Callable[[ServingModel, str, str], "list[tuple[str, str]] | None"]  # (served model, text, method)
+# (served model, text, method, told each window's seconds on the decoder)
+Preview = Callable[[ServingModel, str, str, Callable[[float], None]], "list[tuple[str, str]] | None"]
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """Access and admission on the tiny model: API keys with scopes on every route, owners of documents, the
 Host allowlist, the body cap, JSON-only POSTs, request ids, and the server's refusal to listen open."""
 import re
+import threading
 
 import pytest
 from fastapi.routing import APIRoute
@@ -11,6 +12,7 @@ from core.keys import KeyConfig, hash_key
 from service.auth import ANY_KEY
 from service.middleware import host_name
 from tests.api_app import tiny_client, tiny_settings
+from tests.test_batching import until
 
 KEYS = {"asker": ["generate"], "teacher": ["teach"], "other": ["teach"], "root": ["admin"]}
 # The console's files are code without data (every datum comes from the API, with a key).
@@ -223,15 +225,31 @@ def test_a_teach_key_for_the_shared_namespace_must_be_asked_for(capsys):
         assert '"sha256"' in capsys.readouterr().out
 
 
-def test_a_keys_previews_take_at_most_their_share_of_the_decoder(tmp_path):
-    """A preview's pass over the text holds the decoder a window at a time: after one, the key's next waits its
-    share out (a 429 meanwhile); a body with probes makes none and is never held."""
-    keys = [KeyConfig(name="previewer", sha256=hash_key("key-of-previewer"), scopes=["teach"])]
-    with tiny_client(tiny_settings(tmp_path, api_keys=keys, prefill_share=0.0001)) as client:
-        headers = {"Authorization": "Bearer key-of-previewer"}
-        text = {"text": FACT["text"], "weighting": "uniform"}  # the tiny settings' oracle weighting needs probes
-        assert client.post("/documents/preview", json=text, headers=headers).status_code == 200
-        again = client.post("/documents/preview", json=text, headers=headers)
-        assert again.status_code == 429 and "share of the decoder" in again.json()["error"]["message"]
-        assert int(again.headers["retry-after"]) >= 1
-        assert client.post("/documents/preview", json=FACT, headers=headers).status_code == 200
+def test_a_preview_waits_out_its_share_of_the_decoder_while_answers_decode(tmp_path):
+    """After each window of phi's pass over a previewed text, the preview waits while other answers decode until it
+    has taken no more than its share of the decoder (here almost none: it waits for the answer to end); with
+    nothing decoding it does not wait."""
+    from tests.tiny import tiny_loaded
+    from workers.train_attention import phi
+
+    model = tiny_loaded().model
+    config = phi.PhiConfig(layers=(1, 2), hidden_size=model.config.hidden_size, window=6, overlap=2, head="attention")
+    phi.save_checkpoint(tmp_path / "phi", phi.make_head(config), {"base_model": phi.fingerprint(model)})
+    keys = [KeyConfig(name="previewer", sha256=hash_key("key-of-previewer"), scopes=["teach"]),
+            KeyConfig(name="reader", sha256=hash_key("key-of-reader"), scopes=["generate"])]
+    settings = tiny_settings(tmp_path, api_keys=keys, prefill_share=1e-9, phi_checkpoint=tmp_path / "phi")
+    with tiny_client(settings) as client:
+        text = {"text": "the capital of veltoria is marnhold. " * 4, "weighting": "uniform"}
+        previewer = {"Authorization": "Bearer key-of-previewer"}
+        assert client.post("/documents/preview", json=text, headers=previewer).status_code == 200  # nothing decodes
+        ended: list[float] = []
+        reader = {"Authorization": "Bearer key-of-reader"}
+        answer = threading.Thread(target=lambda: ended.append(client.post(
+            "/generate", json={"prompt": "the sky is", "max_new_tokens": 400}, headers=reader).status_code))
+        answer.start()
+        until(client.app.state.generations.decoding)
+        previewed = client.post("/documents/preview", json=text, headers=previewer).status_code
+        answered_first = list(ended)
+        answer.join(60)
+    assert previewed == 200 and ended == [200]
+    assert answered_first == [200]  # the answer ended first: the preview waited for it after its first window

@@ -4,6 +4,10 @@ the command that starts it; nothing is stored or queued."""
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
+
+import torch
 
 from core.model.served_model import ServingModel
 from core.settings import Settings
@@ -17,10 +21,12 @@ class AutoProbePreview:
         self._phi: TrainAttention | None = None
         self._lock = threading.Lock()
 
-    def __call__(self, serving: ServingModel, text: str, method: str) -> list[tuple[str, str]] | None:
+    def __call__(self, serving: ServingModel, text: str, method: str,
+                 after_window: Callable[[float], None] = lambda seconds: None) -> list[tuple[str, str]] | None:
         """The probes the learner would make for `text` taught with `method`; None where it would make none (a phi
         that does not fit the model: the learner fails such a document). phi's pass over each window of the text is
-        one step of the decoder's; without a phi for the model every token weighs the same, as in the learner."""
+        one step of the decoder's, and `after_window` is told how long each took (the caller's pause to share the
+        decoder); without a phi for the model every token weighs the same, as in the learner."""
         path = checkpoint_for(self.settings.training.phi_checkpoint, serving.name)
         doc = examples.encode(serving.tokenizer, text)
         if path is None:
@@ -33,7 +39,13 @@ class AutoProbePreview:
                 except PhiMismatch:  # the learner fails such a document, with the reason on its record
                     return None
         phi = self._phi
-        # One window's pass at a time under the decoder's lock: decoding goes on between two windows.
-        weights = phi.weights(doc.ids, lambda work: serving.run(0, lambda model: work()))
+        def each_window(work: Callable[[], torch.Tensor]) -> torch.Tensor:
+            clock = time.monotonic()
+            # One window's pass at a time under the decoder's lock: decoding goes on between two windows.
+            features = serving.run(0, lambda model: work())
+            after_window(time.monotonic() - clock)
+            return features
+
+        weights = phi.weights(doc.ids, each_window)
         return examples.checkable_auto_probes(doc, weights, examples.unreachable(method, text, self.settings))
 

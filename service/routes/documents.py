@@ -3,7 +3,6 @@ A key sees only the documents it taught (admin sees all); another key's document
 from __future__ import annotations
 
 import json
-import math
 import threading
 import time
 from collections.abc import Callable
@@ -39,11 +38,10 @@ from serving.shares import owed_wait
 
 router = APIRouter()
 TeachCaller = Annotated[Caller, Depends(needs("teach"))]  # each route's access rule: the key that asks
-# phi's pass over a previewed text holds the decoder's lock one window at a time; it is still a pass over the whole
-# text: one preview at a time, others a 429. And a key's previews take at most CKL_LIMITS_PREFILL_SHARE of the
-# decoder, as its long prompts do: after one took S seconds, the key's next waits S (1 / share - 1) (a 429 meanwhile).
+# phi's pass over a previewed text holds the decoder's lock one window at a time, and waits out its share of the
+# decoder between two windows (share_of_decoder); it is still a pass over the whole text: one preview at a time,
+# others a 429.
 PREVIEWS = threading.BoundedSemaphore(1)
-PREVIEW_AFTER: dict[str, float] = {}  # per key's owner (a bounded set): when it may preview again
 
 
 SQL_MAX_INT = 2**63 - 1  # the largest offset the database takes: past it, a 422 instead of its overflow (500)
@@ -76,21 +74,25 @@ def preview_document(req: DocumentRequest, runtime: RuntimeDep, caller: TeachCal
     serving = require_serving(runtime)
     made = None
     if not req.probes and runtime.preview:
-        if caller.owner and (wait_s := PREVIEW_AFTER.get(caller.owner, 0.0) - time.monotonic()) > 0:
-            raise busy("this key's previews have used their share of the decoder", retry_after_s=math.ceil(wait_s))
         if not PREVIEWS.acquire(blocking=False):
             raise busy("another preview is being made", retry_after_s=1)
-        clock = time.monotonic()
         try:
-            made = runtime.preview(serving, req.text, method)
+            made = runtime.preview(serving, req.text, method, share_of_decoder(runtime))
         finally:
             PREVIEWS.release()
-            if caller.owner:
-                took = time.monotonic() - clock
-                PREVIEW_AFTER[caller.owner] = time.monotonic() + owed_wait(took, runtime.settings.limits.prefill_share)
     return DocumentPreview(method=method, auto_probes=None if made is None else [MadeProbe(prompt=p, answer=a)
                                                                                 for p, a in made],
                            cost=cost(runtime, req.text, runtime.documents.pending_count()))
+
+
+def share_of_decoder(runtime: Runtime) -> Callable[[float], None]:
+    """After a preview's window that held the decoder `took` seconds: while answers decode, wait until it has taken
+    no more than CKL_LIMITS_PREFILL_SHARE of the decoder (a key's long prompts' share), or until none decode."""
+    def wait(took: float) -> None:
+        until = time.monotonic() + owed_wait(took, runtime.settings.limits.prefill_share)
+        while runtime.decoding() and time.monotonic() < until:
+            time.sleep(0.05)
+    return wait
 
 
 def checked(runtime: Runtime, req: DocumentRequest, caller: Caller) -> tuple[str, str]:
