@@ -20,6 +20,7 @@ import torch
 from filelock import FileLock
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from core.model.wide_head import pad_head_rows
 from core.settings import DEFAULT_MODEL, Settings
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,8 @@ def load_model(settings: Settings, progress=print) -> LoadedModel:
     model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
     if not settings.load_in_4bit:
         model.to(device)
+    if device.type == "cpu":
+        pad_head_rows(model)
     model.eval()
     model.requires_grad_(False)
     return LoadedModel(model=model, tokenizer=tokenizer, device=device, name=settings.model)
