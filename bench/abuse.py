@@ -1,10 +1,10 @@
 """`ckl bench abuse`: do well-behaved clients keep their speed while others misbehave? A live `ckl serve` (keys
 on, the default model, embedded worker) is taught two documents (versions 1 and 2), then answers 16 streaming
-clients alone, then again while, at the same time, 50 clients open streams and vanish, 20 send oversized or smuggled
-bodies before any key is checked, and (a third phase, twice) one teach key floods documents; each misbehaving kind
-has a key of its own. Then one phase per costly request one key repeats (`attack`: version 1 by name, previews of a
-long text, long prompts of distinct words, documents of a long run of blanks, one document erased again and again),
-each text as long as the limits allow. Printed: the good clients' tokens/s in each phase and its share of the first,
+clients alone, then again while, at the same time, 50 clients open streams and vanish and 20 send oversized or
+smuggled bodies before any key is checked, then alone again. Then one phase per costly request one key repeats
+(`attack`: version 1 by name, previews of a long text, long prompts of distinct words, documents of a long run of
+blanks, one document erased again and again), each text as long as the limits allow. Last, twice, the first
+misbehaviour while one teach key floods documents. Each misbehaving kind has a key of its own. Printed: the good clients' tokens/s in each phase and its share of the first,
 /health's p99 meanwhile, the slots still held once the load is gone (`ckl_generations_admitted`), the documents
 committed during the phase (the learner's progress under the load), and the server's RSS."""
 from __future__ import annotations
@@ -268,11 +268,13 @@ def main(argv: list[str]) -> None:
         results = {}
         # Alone twice, before and after the abuse: how much two runs of the same load differ here.
         phases = (("alone", 0, 0, False), ("abused", args.vanishing, args.bad_bodies, False),
-                  ("alone again", 0, 0, False), ("abused and flooded", args.vanishing, args.bad_bodies, True),
+                  ("alone again", 0, 0, False),
+                  # One key's costly requests, one kind per phase, on versions 1 and 2 (`prepare`): before the
+                  # flood, whose hundred documents the embedded learner would be training beside each of them.
+                  *((attack_name, 0, 0, False) for attack_name in args.attacks.split(",") if attack_name),
+                  ("abused and flooded", args.vanishing, args.bad_bodies, True),
                   # Again, the embedded learner's first job begun by now.
-                  ("abused and flooded again", args.vanishing, args.bad_bodies, True),
-                  # One key's costly requests, one kind per phase, on versions 1 and 2 (`prepare`).
-                  *((attack_name, 0, 0, False) for attack_name in args.attacks.split(",") if attack_name))
+                  ("abused and flooded again", args.vanishing, args.bad_bodies, True))
         for name, vanishing, bad, flooding in phases:
             before = rss_mb(pid)
             results[name] = await phase(url, args.clients, args.requests, args.max_new_tokens, vanishing, bad,

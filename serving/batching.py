@@ -149,12 +149,12 @@ class Scheduler:
                 while (admitted := self._next_round()) is not None:
                     self._active_at = time.monotonic()
                     batches: dict[Hashable, list[Sequence]] = {}
-                    for sequence in admitted:  # prefilled together where they may share a pass, a long prompt
-                        if sequence.answer.finish_reason is not None:  # alone; nothing to generate (max_new_tokens 0)
+                    for sequence in admitted:
+                        if sequence.answer.finish_reason is not None:  # nothing to generate (max_new_tokens 0)
                             self._end(sequence)
-                        elif self.long.is_long(sequence):  # (no row padded to its length)
+                        elif self.long.is_long(sequence):  # alone, a chunk a round (no row padded to its length)
                             self.long.prefilling.append(Prefilling(sequence))
-                        else:
+                        else:  # prefilled together where they may share a pass
                             batches.setdefault(self._key(sequence), []).append(sequence)
                     for batch in batches.values():
                         self._prefill(batch)
