@@ -61,9 +61,10 @@ class ServedMethod(ABC):
         The training side's `load` takes the same state."""
 
     @staticmethod
-    def extend(state: Any, manifest: dict[str, Any], load_delta: LoadDelta) -> Any:
-        """The state after `manifest`'s version made from its parent's `state` (None: the method learned nothing
-        there), where the method can tell it without the lineage; None: `compose` the lineage instead."""
+    def extend(state: Any, manifests: list[dict[str, Any]], load_delta: LoadDelta) -> Any:
+        """The state after the last of `manifests`' versions (this method's, oldest first) made from `state`, the
+        first one's parent's (None: the method learned nothing there), where the method can tell it without the
+        lineage; None: `compose` the lineage instead."""
         return None
 
     @abstractmethod

@@ -221,16 +221,17 @@ def test_a_prompt_naming_a_subject_of_many_documents_is_routed_to_the_newest_few
 @settings(max_examples=200, deadline=None)
 @given(keys_lists, st.integers(0, 12), st.lists(st.sampled_from(["", "acme", "globex"]), max_size=12))
 def test_an_index_grown_key_by_key_is_the_index_built_at_once(keys, cut, namespaces):
-    """A committed document extends the learner's indexes (KeyIndex.extended, Table.append) instead of their
-    being built again: what they hold is what building them from all the keys gives, in every namespace's view."""
+    """A committed document extends the learner's indexes (KeyIndex.extended, Table.extend) instead of their
+    being built again, one at a time or a few at once: what they hold is what building them from all the keys
+    gives, in every namespace's view."""
     listed = [(f"d{i}", key) for i, key in enumerate(keys)]
     assert vars(routing.KeyIndex(listed[:cut]).extended(listed[cut:])) == vars(routing.KeyIndex(listed))
     taught = [Taught(d, key, i + 1, (namespaces + [""] * len(listed))[i]) for i, (d, key) in enumerate(listed)]
     views = [None, frozenset({""}), frozenset({"", "acme"}), frozenset({"", "globex"})]
     grown = Table(taught[:cut])
-    for each in taught[cut:]:
+    for at in range(cut, len(taught), 2 if cut % 2 else 1):  # one document or two at a time
         [grown.keys(view) for view in views]  # indexes built before each commit, as routing a prompt builds them
-        grown.append(each)
+        grown.extend(taught[at:at + (2 if cut % 2 else 1)])
     built = Table(taught)
     for view in views:
         assert vars(grown.keys(view)) == vars(built.keys(view))
@@ -243,15 +244,16 @@ steps = st.lists(st.tuples(st.sampled_from(["teach", "teach", "teach", "again", 
 @settings(max_examples=200, deadline=None)
 @given(keys_lists, steps)
 def test_a_version_extended_from_its_parent_holds_what_its_lineage_composes(keys, steps):
-    """The serving side makes a new version from its parent's where it can (the table's `extended`, the routed
-    method's `extend`: a document taught for the first time); whatever the lineage did before (documents taught
-    again, retired, removed), that table routes as the one composed from every manifest of the lineage, and the routed
-    method holds the deltas of the documents it holds."""
+    """The serving side makes a new version from an earlier one's where it can (the table's `extended`, the routed
+    method's `extend`: documents taught for the first time), from its parent or from a few versions back (a server
+    that did not swap every version in); whatever the lineage did before (documents taught again, retired, removed),
+    that table routes as the one composed from every manifest of the lineage, and the routed method holds the deltas
+    of the documents it holds."""
     from core.routing.table import compose, extended
     from methods.routed.serving import RoutedServed
 
     keys = keys or [{"veltoria": 3.0}]
-    manifests, taught, state, deltas = [], [], Table(), None
+    manifests, taught, held, state, deltas = [], [], 0, Table(), None
     for version, (kind, pick, namespace) in enumerate(steps, start=1):
         manifest = {"version": version, "parent": version - 1, "method": "routed", "namespace": namespace,
                     "documents": [f"d{version}"], "key": keys[version % len(keys)]}
@@ -264,8 +266,11 @@ def test_a_version_extended_from_its_parent_holds_what_its_lineage_composes(keys
         if not manifest.get("removes") and manifest["documents"][0] not in taught:
             taught.append(manifest["documents"][0])
         manifests.append(manifest)
-        state = extended(state, manifest) or compose(manifests)
-        deltas = RoutedServed.extend(deltas, manifest, None) or RoutedServed.compose(manifests, None)
+        if pick % 3 and version < len(steps):  # this version is not swapped in: the next one extends past it
+            continue
+        state = extended(state, manifests[held:]) or compose(manifests)
+        deltas = RoutedServed.extend(deltas, manifests[held:], None) or RoutedServed.compose(manifests, None)
+        held = version
         composed = compose(manifests)
         assert state.documents == composed.documents
         assert deltas.stored_in == {t.document_id: t.version for t in composed.documents}

@@ -94,17 +94,20 @@ class ServingModel:
 
     def extended(self, chain: list[dict[str, Any]], load_delta: LoadDelta) -> Knowledge | None:
         """What the last of `chain`'s versions holds (manifests oldest first, the first one's parent held), made
-        from the held parent's one version at a time where the table and each manifest's method can tell how
-        (ServedMethod.extend); None: compose it from the lineage."""
+        from the held parent's where the table and each manifest's method can tell how (ServedMethod.extend), all
+        of the chain at once; None: compose it from the lineage."""
         with self._lock:
             knowledge = self._knowledge.get(chain[0]["parent"] or 0) if chain else None
-        for manifest in chain:
-            name = manifest["method"]
-            if knowledge is None or name not in self.methods or (table := extended(knowledge.table, manifest)) is None:
+        if knowledge is None or (table := extended(knowledge.table, chain)) is None:
+            return None
+        states = dict(knowledge.states)
+        for name in dict.fromkeys(manifest["method"] for manifest in chain):
+            grown = self.methods[name].extend(states.get(name), [m for m in chain if m["method"] == name],
+                                              load_delta) if name in self.methods else None
+            if grown is None:
                 return None
-            grown = self.methods[name].extend(knowledge.get(name), manifest, load_delta)
-            knowledge = None if grown is None else Knowledge(table, {**knowledge.states, name: grown})
-        return knowledge
+            states[name] = grown
+        return Knowledge(table, states)
 
     @contextmanager
     def pinned(self, version: int | None = None, load: Callable[[], Knowledge] | None = None) -> Iterator[int]:

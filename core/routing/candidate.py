@@ -120,7 +120,7 @@ class Candidate:
                 self.table.documents = [*(t for t in self.table.documents if t.document_id != begun.document_id),
                                         entry]
             else:
-                self.table.append(entry)
+                self.table.extend([entry])
         self.settle()
 
     def settle(self) -> None:

@@ -54,15 +54,16 @@ class RoutedServed(ServedMethod):
         return Deltas({t.document_id: t.version for t in compose_table(manifests).documents}, load_delta)
 
     @staticmethod
-    def extend(state: Deltas | None, manifest: dict[str, Any], load_delta: LoadDelta) -> Deltas | None:
-        """A document taught for the first time is one more delta; a removal, a retirement, a document taught again
-        or one erased since (no key, and no delta file): None (composed)."""
-        document_id = manifest["documents"][0]
-        state = state or Deltas(load_delta=load_delta)
-        if manifest.get("removes") or manifest.get("retires") or "key" not in manifest \
-                or document_id in state.stored_in:
-            return None
-        return Deltas({**state.stored_in, document_id: manifest["version"]}, load_delta)
+    def extend(state: Deltas | None, manifests: list[dict[str, Any]], load_delta: LoadDelta) -> Deltas | None:
+        """Documents taught for the first time are more deltas; a removal, a retirement, a document taught again or
+        one erased since (no key, and no delta file): None (composed)."""
+        stored = dict((state or Deltas()).stored_in)
+        for manifest in manifests:
+            document_id = manifest["documents"][0]
+            if manifest.get("removes") or manifest.get("retires") or "key" not in manifest or document_id in stored:
+                return None
+            stored[document_id] = manifest["version"]
+        return Deltas(stored, load_delta)
 
     def add(self, version: int, state: Deltas | None) -> None:
         state = state or Deltas()
