@@ -39,6 +39,7 @@ class AutoProbePreview:
                 except PhiMismatch:  # the learner fails such a document, with the reason on its record
                     return None
         phi = self._phi
+
         def each_window(work: Callable[[], torch.Tensor]) -> torch.Tensor:
             clock = time.monotonic()
             # One window's pass at a time under the decoder's lock: decoding goes on between two windows.
