@@ -211,13 +211,15 @@ class VersionStore(ABC):
 
     def lineage(self, version: int) -> list[dict[str, Any]]:
         """Manifests from version 1 up to `version` along parent links (the knowledge it contains)."""
+        return list(self.ancestry(version))[::-1]
+
+    def ancestry(self, version: int) -> Iterator[dict[str, Any]]:
+        """Manifests from `version` down to version 1 along parent links, the store checked once."""
         self._check()
-        chain = []
         while version:
             manifest = self._manifest(version)
-            chain.append(manifest)
+            yield manifest
             version = manifest["parent"]
-        return chain[::-1]
 
     def holding(self, document_id: str, version: int) -> int | None:
         """The version along `version`'s lineage that committed `document_id`, if any."""

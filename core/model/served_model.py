@@ -221,9 +221,11 @@ def install_committed(serving: ServingModel, versions: VersionStore, version: in
 def unheld(serving: ServingModel, versions: VersionStore, version: int) -> list[dict[str, Any]]:
     """The manifests from the newest held ancestor of `version` (not included) to `version`, oldest first; [] when
     none is held within MAX_EXTENDED versions."""
-    chain = [versions.manifest(version)]
-    while not serving.holds(parent := chain[-1]["parent"] or 0):
-        if not parent or len(chain) == MAX_EXTENDED:
-            return []
-        chain.append(versions.manifest(parent))
-    return chain[::-1]
+    chain = []
+    for manifest in versions.ancestry(version):
+        chain.append(manifest)
+        if serving.holds(manifest["parent"] or 0):
+            return chain[::-1]
+        if len(chain) == MAX_EXTENDED:
+            break
+    return []
