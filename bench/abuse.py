@@ -3,8 +3,9 @@ on, the default model, embedded worker) is taught two documents (versions 1 and 
 clients alone, then again while, at the same time, 50 clients open streams and vanish and 20 send oversized or
 smuggled bodies before any key is checked, then alone again. Then one phase per costly request one key repeats
 (`attack`: version 1 by name, previews of a long text, long prompts of distinct words, documents of a long run of
-blanks, one document erased again and again), each text as long as the limits allow. Last, twice, the first
-misbehaviour while one teach key floods documents. Each misbehaving kind has a key of its own. Printed: the good clients' tokens/s in each phase and its share of the first,
+blanks, one document erased again and again, another tenant's key of the same name reaching for a document), each
+text as long as the limits allow. Last, twice, the first misbehaviour while one teach key floods documents. Each
+misbehaving kind has a key of its own. Printed: the good clients' tokens/s in each phase and its share of the first,
 /health's p99 meanwhile, the slots still held once the load is gone (`ckl_generations_admitted`), the documents
 committed during the phase (the learner's progress under the load), and the server's RSS."""
 from __future__ import annotations
@@ -30,6 +31,7 @@ from research.provenance import RESULTS_ROOT, git_commit
 from serving.batching import BUSY_GAP_S
 
 GOOD, VANISH, FLOOD = "good-client-key", "vanishing-client-key", "flood-client-key"  # one key each
+RIVAL = "rival-tenant-key"  # another tenant's key with the flood key's name
 BODY_CAP = 1_048_576  # CKL_LIMITS_MAX_BODY_BYTES's default
 
 
@@ -149,9 +151,13 @@ async def attack(url: str, kind: str, until: asyncio.Event) -> dict[str, int]:
     """One key doing one costly thing over and over, as fast as answers come back, until `until`: asking an older
     version by name (`old_version`), previewing a long document (`previews`), long prompts of distinct words
     (`long_prompts`), documents of a long run of blanks (`blank_documents`), erasing one of its documents again and
-    again (`repeated_delete`). Each text is as long as the limits allow. The answers by status."""
+    again (`repeated_delete`), reaching for another tenant's document (`other_tenant`). Each text is as long as the
+    limits allow. The answers by status."""
     counts: dict[str, int] = {}
-    key = FLOOD if kind in ("previews", "blank_documents", "repeated_delete") else VANISH
+    key = FLOOD if kind in ("previews", "blank_documents", "repeated_delete") else RIVAL if kind == "other_tenant" \
+        else VANISH
+    async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {FLOOD}"}) as owner:
+        theirs = await erasable(owner, url, (("committed",),)) if kind == "other_tenant" else None
     async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
         erased = await erasable(client, url) if kind == "repeated_delete" else None
         long_text = (await fitting(client, url, "/documents/preview", "text", ARTICLE) if kind == "previews" else
@@ -166,6 +172,8 @@ async def attack(url: str, kind: str, until: asyncio.Event) -> dict[str, int]:
                 answer = await client.post(f"{url}/generate", json={"prompt": long_text, "max_new_tokens": 1})
             elif kind == "blank_documents":
                 answer = await client.post(f"{url}/documents", json={"text": SPACES})
+            elif kind == "other_tenant":
+                answer = await other_tenants_document(client, url, theirs, counts)
             else:
                 answer = await client.delete(f"{url}/documents/{erased}")
             counts[str(answer.status_code)] = counts.get(str(answer.status_code), 0) + 1
@@ -175,11 +183,27 @@ async def attack(url: str, kind: str, until: asyncio.Event) -> dict[str, int]:
     return counts
 
 
-async def erasable(client: httpx.AsyncClient, url: str) -> str | None:
+async def other_tenants_document(client: httpx.AsyncClient, url: str, theirs: str | None,
+                                 counts: dict[str, int]) -> httpx.Response:
+    """One round of a tenant's key reaching for another tenant's document (its key of the same name): list, read,
+    name as knowledge, erase. Each answer that shows or touches the document is counted as `leaked`."""
+    listed = await client.get(f"{url}/documents")
+    read = await client.get(f"{url}/documents/{theirs}")
+    named = await client.post(f"{url}/generate", json={"prompt": TAUGHT[0][1], "max_new_tokens": 1,
+                                                        "knowledge": [theirs]})
+    erased = await client.delete(f"{url}/documents/{theirs}")
+    leaked = (listed.status_code == 200 and listed.json()["total"] > 0) or any(
+        answer.status_code < 400 for answer in (read, named, erased))
+    counts["leaked"] = counts.get("leaked", 0) + leaked
+    return erased
+
+
+async def erasable(client: httpx.AsyncClient, url: str,
+                   kinds: tuple[tuple[str, ...], ...] = (("rejected", "failed"), ("committed",))) -> str | None:
     """One of the key's documents that no version holds (rejected or failed: erased at once, again and again), else
     one committed (its removal is queued once, then refused)."""
     items = (await client.get(f"{url}/documents", params={"limit": 500})).json()["items"]
-    for statuses in (("rejected", "failed"), ("committed",)):
+    for statuses in kinds:
         if found := next((d["document_id"] for d in items if d["status"] in statuses), None):
             return found
     return None
@@ -206,7 +230,7 @@ async def gauge(url: str, client: httpx.AsyncClient, series: str) -> float:
 
 
 SLOTS, COMMITTED = "ckl_generations_admitted", 'ckl_documents{status="committed"}'
-ATTACKS = ("old_version", "previews", "long_prompts", "blank_documents", "repeated_delete")
+ATTACKS = ("old_version", "previews", "long_prompts", "blank_documents", "repeated_delete", "other_tenant")
 
 
 async def together(good: Awaitable, extra: list[Awaitable], done: asyncio.Event) -> list:
@@ -258,7 +282,8 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     keys = [KeyConfig(name="good", sha256=hash_key(GOOD), scopes=["generate", "metrics"]),
             KeyConfig(name="vanishing", sha256=hash_key(VANISH), scopes=["generate"]),
-            KeyConfig(name="flood", sha256=hash_key(FLOOD), scopes=["teach", "generate"])]
+            KeyConfig(name="flood", sha256=hash_key(FLOOD), scopes=["teach", "generate"]),
+            KeyConfig(name="flood", sha256=hash_key(RIVAL), scopes=["teach", "generate"], namespace="rival")]
     env = {"CKL_API_KEYS": json.dumps([k.model_dump(exclude_none=True) for k in keys]),
            "CKL_LIMITS_MAX_CONCURRENT_GENERATIONS": str(args.clients)}
 
