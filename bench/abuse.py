@@ -156,8 +156,7 @@ async def attack(url: str, kind: str, until: asyncio.Event) -> dict[str, int]:
     counts: dict[str, int] = {}
     key = FLOOD if kind in ("previews", "blank_documents", "repeated_delete") else RIVAL if kind == "other_tenant" \
         else VANISH
-    async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {FLOOD}"}) as owner:
-        theirs = await erasable(owner, url, (("committed",),)) if kind == "other_tenant" else None
+    theirs = await flood_keys_document(url) if kind == "other_tenant" else None
     async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
         erased = await erasable(client, url) if kind == "repeated_delete" else None
         long_text = (await fitting(client, url, "/documents/preview", "text", ARTICLE) if kind == "previews" else
@@ -198,10 +197,17 @@ async def other_tenants_document(client: httpx.AsyncClient, url: str, theirs: st
     return erased
 
 
+async def flood_keys_document(url: str) -> str | None:
+    """One of the flood key's committed documents (`prepare` teaches two), for another tenant to reach for."""
+    async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {FLOOD}"}) as owner:
+        return await erasable(owner, url, (("committed",),))
+
+
 async def erasable(client: httpx.AsyncClient, url: str,
                    kinds: tuple[tuple[str, ...], ...] = (("rejected", "failed"), ("committed",))) -> str | None:
-    """One of the key's documents that no version holds (rejected or failed: erased at once, again and again), else
-    one committed (its removal is queued once, then refused)."""
+    """One of the key's documents of the first of `kinds` it has any of: by default one that no version holds
+    (rejected or failed: erased at once, again and again), else one committed (its removal is queued once, then
+    refused)."""
     items = (await client.get(f"{url}/documents", params={"limit": 500})).json()["items"]
     for statuses in kinds:
         if found := next((d["document_id"] for d in items if d["status"] in statuses), None):
