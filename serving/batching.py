@@ -32,7 +32,10 @@ Long prompts. A prefill holds every running sequence back (seconds for thousands
 `free_tokens` is prefilled alone, `free_tokens` at a time, one chunk a round between the decoding steps of the others,
 so an answer waits at most one chunk's time for each step. While other senders' answers decode, each chunk waits
 (1 / prefill_share - 1) times as long as its sender's last chunk took (and a long prompt waits to be admitted while
-its sender owes such time): a key sending long prompts takes at most that share of the decoder.
+its sender owes such time): a key sending long prompts takes at most that share of the decoder. A long prompt takes a
+decoding row only for its last chunk, which gives its first token (a row it is owed is kept from the prompts waiting):
+while its earlier chunks wait their turn, every row the cap allows decodes others' answers. At most `max_running`
+long prompts are prefilled at once, beside the `max_running` rows.
 
 Versions. A sequence pins its version when it is submitted and releases it when it is retired; `install`
 takes the serving lock, which every forward pass holds, so a swap lands between two steps and a running
@@ -74,6 +77,11 @@ def give_back_when_idle(busy: Callable[[], bool]) -> None:
     idle.start()
 
 
+def decoding_rows(groups: dict[Hashable, Group]) -> int:
+    """The decoding rows the groups take."""
+    return sum(len(group.rows) for group in list(groups.values()))
+
+
 class Scheduler:
     def __init__(self, serving: ServingModel, max_running: int, prefill_share: float = 1.0,
                  free_tokens: int = FREE_PREFILL_TOKENS) -> None:
@@ -87,8 +95,8 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self._active_at = -math.inf  # time.monotonic() of the decoder's last round
 
-    def running(self) -> int:
-        return sum(len(group.rows) for group in list(self._groups.values())) + len(self.long.prefilling)
+    def running(self) -> int:  # the sequences decoding and the long prompts being prefilled
+        return decoding_rows(self._groups) + len(self.long.prefilling)
 
     def busy(self, within_s: float = BUSY_GAP_S) -> bool:
         """Whether a sequence runs or waits, or did `within_s` ago: between one client's request and its next the
@@ -183,12 +191,13 @@ class Scheduler:
             for sequence in [s for s in self._waiting if s.cancelled.is_set()]:
                 self._waiting.remove(sequence)
                 self._end(sequence)  # a reader blocked on it (another thread) gets its end
-            room, now = self.max_running - self.running(), time.monotonic()
+            now, room = time.monotonic(), self.long.places(decoding_rows(self._groups), self.max_running)
             others = {s.sender for group in self._groups.values() for s in group.rows} | {
                 s.sender for s in self._waiting}  # clients whose requests come back together may all be waiting
             admitted = []
             for sequence in list(self._waiting):
-                if len(admitted) < room and not self.long.held_back(sequence, others, now):
+                if room[long := self.long.is_long(sequence)] > 0 and not self.long.held_back(sequence, others, now):
+                    room[long] -= 1
                     self._waiting.remove(sequence)
                     admitted.append(sequence)
             if not admitted and not self._groups and not self.long.prefilling:
@@ -197,9 +206,9 @@ class Scheduler:
         return admitted
 
     def _prefill_chunks(self) -> None:
-        """The next chunk of the long prompts whose turn it is (LongPrompts.next_chunks); a prompt whose last chunk
-        ran gets its first token and joins its group."""
-        for prefilling in self.long.next_chunks({s.sender for group in self._groups.values() for s in group.rows}):
+        """The next chunk of the long prompts whose turn it is (LongPrompts.next_chunks); a last chunk joins a group."""
+        for prefilling in self.long.next_chunks({s.sender for group in self._groups.values() for s in group.rows},
+                                                self.max_running - decoding_rows(self._groups)):
             if self._chunk(prefilling):
                 self.long.prefilling.remove(prefilling)
 

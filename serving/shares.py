@@ -40,18 +40,34 @@ class LongPrompts:
     def held_back(self, sequence: Sequence, others: set[str | None], now: float) -> bool:
         return held_back(sequence, others, self.free_tokens, self.until, now)
 
-    def next_chunks(self, decoding: set[str | None]) -> Iterator[Prefilling]:
+    def is_last_chunk(self, prefilling: Prefilling) -> bool:
+        """Whether the prompt's next chunk is its last (the one that gives its first token and takes a row)."""
+        return prefilling.done + self.free_tokens >= len(prefilling.sequence.prompt_ids)
+
+    def places(self, rows: int, cap: int) -> dict[bool, int]:
+        """How many sequences may be admitted now, by whether they are long, with `rows` of `cap` decoding rows taken:
+        short ones to the rows left, less those kept for the long prompts whose last chunk is next; long ones to be
+        prefilled beside the rows, `cap` at most."""
+        return {False: cap - rows - sum(map(self.is_last_chunk, self.prefilling)), True: cap - len(self.prefilling)}
+
+    def next_chunks(self, decoding: set[str | None], free_rows: int) -> Iterator[Prefilling]:
         """The prefills whose next chunk runs this round, at most one a sender: those whose sender owes no time, or
-        whom no other sender's answer waits for (`decoding`: the senders of the answers decoding). Each chunk the
-        caller runs before asking for the next is charged to its sender while others decode."""
+        whom no other sender's answer waits for (`decoding`: the senders of the answers decoding); a last chunk only
+        while one of the `free_rows` decoding rows is left for it. Each chunk the caller runs before asking for the
+        next is charged to its sender while others decode."""
         ran: set[str | None] = set()
         for prefilling in list(self.prefilling):
             sender = prefilling.sequence.sender
             others = decoding - {sender}
             if sender in ran or (others and self.until.get(sender, -math.inf) > time.monotonic()):
                 continue
+            if self.is_last_chunk(prefilling):
+                if free_rows <= 0:
+                    continue
+                free_rows -= 1
             ran.add(sender)
             clock = time.monotonic()
             yield prefilling
             if others:  # a sender alone on the decoder owes nobody
-                self.until[sender] = time.monotonic() + owed_wait(time.monotonic() - clock, self.share)
+                now = time.monotonic()
+                self.until[sender] = now + owed_wait(now - clock, self.share)

@@ -76,6 +76,25 @@ def test_a_long_prompt_is_prefilled_a_chunk_a_round_between_the_others_steps(tin
     assert all(later - earlier == 2 for earlier, later in zip(chunks, chunks[1:]))  # the other answer's step between
 
 
+def test_a_long_prompt_takes_a_decoding_row_only_for_its_last_chunk(tiny):
+    """With every row decoding, a long prompt is still admitted and prefilled between the steps, but for its last
+    chunk, which waits for a row; it then answers as it does prefilled at once."""
+    serving = ServingModel(tiny, SETTINGS)
+    long = tiny.tokenizer(" ".join(["the capital of france is paris and"] * 3))["input_ids"]
+    alone = "".join(p for p in stream(serving, long, SamplingParams(8)) if isinstance(p, str))
+    scheduler = Scheduler(serving, max_running=1, free_tokens=4)
+    results: dict = {}
+    running = consume(scheduler.stream(tiny.tokenizer("the sky is")["input_ids"], SamplingParams(300), sender="a"),
+                      results, "a")
+    until(lambda: scheduler.running() == 1)
+    waiting = consume(scheduler.stream(long, SamplingParams(8), sender="b"), results, "long")
+    last = (len(long) - 1) // 4 * 4  # the tokens prefilled before the last chunk
+    until(lambda: scheduler.long.prefilling and scheduler.long.prefilling[0].done == last)
+    assert "a" not in results and scheduler.long.prefilling[0].done == last  # the row is the running answer's
+    running.join(30), waiting.join(30)
+    assert "".join(p for p in results["long"] if isinstance(p, str)) == alone
+
+
 def input_widths(serving: ServingModel) -> list[int]:
     """The number of tokens each row of every forward pass of `serving` takes in from now on."""
     widths: list[int] = []

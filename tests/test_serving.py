@@ -1,6 +1,9 @@
 """Version 0 is the base model exactly; versions swap between decoding steps without mixing."""
 import threading
+from collections.abc import Callable
+from typing import TypeVar
 
+import pytest
 import torch
 
 from core.model.served_model import ServingModel
@@ -12,6 +15,7 @@ from serving.generation import SamplingParams, cut_at_stop, generate, sample_tok
 from workers.preview import AutoProbePreview
 from workers.train_attention import phi
 
+T = TypeVar("T")
 SETTINGS = Settings(method_settings={"adapter": {"rank": 4, "alpha": 8}})
 
 
@@ -153,5 +157,29 @@ def test_a_preview_holds_the_decoding_lock_one_window_at_a_time(tiny, tmp_path):
         return original(version, fn, routes)
 
     serving.run = run
-    assert AutoProbePreview(settings)(serving, text, "routed") is not None
+    assert in_a_thread(lambda: AutoProbePreview(settings)(serving, text, "routed")) is not None
     assert windows > 1 and holds == [0] * windows
+
+
+def test_a_preview_computes_on_one_thread_and_leaves_the_others_theirs(tiny):
+    """A preview's thread computes on one OpenMP thread: a second team of threads beside the decoder's, even idle,
+    slowed every decoding step after it (docs/decisions.md: "A preview computes on one thread")."""
+    serving = ServingModel(tiny, SETTINGS)
+
+    def previewed() -> int:
+        AutoProbePreview(SETTINGS)(serving, "The capital of Veltoria is Marnhold.", "routed")
+        return torch.get_num_threads()
+
+    default = in_a_thread(torch.get_num_threads)
+    if default == 1:
+        pytest.skip("a thread computes on one thread here anyway")
+    assert in_a_thread(previewed) == 1 and in_a_thread(torch.get_num_threads) == default
+
+
+def in_a_thread(work: Callable[[], T]) -> T:
+    """What `work` returns, run in a thread of its own (as a request is; a setting of the thread's stays there)."""
+    result = []
+    thread = threading.Thread(target=lambda: result.append(work()))
+    thread.start()
+    thread.join()
+    return result[0]

@@ -12,6 +12,7 @@ import torch
 from core.model.served_model import ServingModel
 from core.settings import Settings
 from workers import examples
+from workers.threads import threads_here
 from workers.train_attention.phi import PhiMismatch, TrainAttention, checkpoint_for
 
 
@@ -26,7 +27,9 @@ class AutoProbePreview:
         """The probes the learner would make for `text` taught with `method`; None where it would make none (a phi
         that does not fit the model: the learner fails such a document). phi's pass over each window of the text is
         one step of the decoder's, and `after_window` is told how long each took (the caller's pause to share the
-        decoder); without a phi for the model every token weighs the same, as in the learner."""
+        decoder); without a phi for the model every token weighs the same, as in the learner. The calling thread
+        computes on one OpenMP thread from now on (workers/threads.py: threads_here)."""
+        threads_here(1)
         path = checkpoint_for(self.settings.training.phi_checkpoint, serving.name)
         doc = examples.encode(serving.tokenizer, text)
         if path is None:

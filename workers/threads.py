@@ -1,7 +1,8 @@
 """How the calling thread computes: on how many threads its PyTorch operators run, and at what CPU priority. The
 embedded learner's thread sets both (workers/job.py), so that it takes from the decoder on the same cores as little as
-it can; every other thread keeps its own (docs/decisions.md: "The embedded learner computes on one thread" and "The
-embedded learner computes at idle priority")."""
+it can; a preview's thread sets the count (workers/preview.py); every other thread keeps its own (docs/decisions.md:
+"The embedded learner computes on one thread", "The embedded learner computes at idle priority" and "A preview
+computes on one thread")."""
 from __future__ import annotations
 
 import ctypes
@@ -14,8 +15,10 @@ import torch
 def threads_here(count: int) -> bool:
     """Run the calling thread's PyTorch operators on `count` threads from now on; False where PyTorch does not ship
     libgomp (another OpenMP runtime: nothing is changed). libgomp's thread count is each calling thread's own
-    setting (omp_set_num_threads): a second team of two beside the decoder's on two cores slowed decoding as much
-    while the learner all but rested as while it worked."""
+    setting (omp_set_num_threads). A second team beside the decoder's is not only a second claim on the cores: once
+    libgomp's threads outnumber the cores, every idle one sleeps at once instead of spinning a while (its
+    "throttled" spin), the decoder's included, so each of its operators waits for threads to wake, for as long as the
+    other team's thread lives, idle or not."""
     libgomp = Path(torch.__file__).parent / "lib" / "libgomp.so.1"
     if not libgomp.exists():
         return False
