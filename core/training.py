@@ -276,8 +276,8 @@ class UpdateMethod(ABC):
     def train(self, examples: list[Example], budget: int, probes_pass: Callable[[], bool] = lambda: False,
               progress: Progress = lambda step, steps: None, optimizer: torch.optim.Optimizer | None = None,
               batch_size: int = 8, replay: list[Example] = (), pinned: list[Example] = (),
-              deadline: float | None = None,
-              rest_after_step: Callable[[float], float] = lambda worked_s: 0.0) -> TrainReport:
+              deadline: float | None = None, rest_after_step: Callable[[float], float] = lambda worked_s: 0.0,
+              compute: Callable[[Callable[[], Any]], Any] = lambda work: work()) -> TrainReport:
         """Train from the loaded state for `budget` steps, or until `probes_pass()` (checked every few steps)
         and then `extra_steps` more, after which the probes must still pass (else training goes on).
 
@@ -289,7 +289,8 @@ class UpdateMethod(ABC):
         `pinned` (a document's probe examples) are in every step beside the others; the others come round in
         batches of at most `max_step_tokens` tokens. Training stops at `deadline` (time.perf_counter()), wherever
         it is (`report.timed_out`). `rest_after_step(seconds the step took)` runs between steps and returns the
-        seconds it rested (yielding the machine to serving); the deadline moves by them.
+        seconds it rested (yielding the machine to serving); the deadline moves by them. `compute(work)` runs each
+        step's work, the probe checks and the replay's losses (where: workers/yielding.py, Rests.compute).
 
         A document gets a fresh optimizer (moments from another document say nothing about this one);
         a caller that trains over several calls (the benchmark's epochs) passes its own.
@@ -315,14 +316,14 @@ class UpdateMethod(ABC):
                 report.timed_out = True
                 break
             if replay and step % config.check_every == 0:  # what the delta pulls away changes as it grows
-                replay_losses = self.measured_losses(replay, batch_size)
+                replay_losses = compute(lambda: self.measured_losses(replay, batch_size))
             report.steps = step + 1
-            report.losses.append(self._step(own, replay, replay_losses, optimizer, params))
+            report.losses.append(compute(lambda: self._step(own, replay, replay_losses, optimizer, params)))
             progress(step + 1, steps)
-            if passed_at is None and (step + 1) % config.check_every == 0 and probes_pass():
+            if passed_at is None and (step + 1) % config.check_every == 0 and compute(probes_pass):
                 passed_at = step + 1
             elif passed_at is not None and step + 1 >= passed_at + self.extra_steps:
-                if probes_pass():
+                if compute(probes_pass):
                     break
                 passed_at = None  # the extra steps undid what they were to strengthen: train on, within the budget
             if passed_at is not None and not self.extra_steps:

@@ -11,7 +11,7 @@ from tests.tiny import tiny_loaded
 from workers import gate
 from workers.learner import Learner
 from workers.stages.scoring import SCORE_BATCH
-from workers.yielding import YieldToServing, rest_after
+from workers.yielding import Rests, YieldToServing, rest_after
 
 FACT = {"text": "the capital of veltoria is marnhold", "method": "adapter", "weighting": "oracle",
         "probes": [{"prompt": "the capital of veltoria is", "answer": "marnhold"}]}
@@ -244,3 +244,46 @@ def test_a_thread_that_sets_its_threads_and_priority_leaves_the_others_theirs():
     assert before[1] == os.SCHED_OTHER
     assert seen == {"set": True, "learner": (1, os.SCHED_IDLE), "other": before}
     assert (torch.get_num_threads(), os.sched_getscheduler(0)) == before
+
+
+def test_while_nothing_decodes_a_step_runs_on_every_core_in_a_thread_that_ends(tmp_path, monkeypatch):
+    """The embedded learner computes on its one thread while the API decodes, and its steps and probe checks on
+    PyTorch's count, in threads that end with them, while nothing does: no team of threads stays beside the
+    decoder's (workers/threads.py). What a step raises reaches the learner."""
+    import threading
+
+    import torch
+
+    from workers import yielding
+    from workers.threads import threads_here
+
+    seen: list = []
+    decoding = [True]
+    rests = Rests(lambda worked_s: 0.0, busy=lambda: decoding[0])
+
+    def work() -> int:
+        seen.append((threading.current_thread(), torch.get_num_threads()))
+        return len(seen)
+
+    def learner_thread() -> None:
+        threads_here(1)
+        seen.append(rests.compute(work))
+        decoding[0] = False
+        seen.append(rests.compute(work))
+        with pytest.raises(ValueError):
+            rests.compute(lambda: int("x"))
+        seen.append((threading.current_thread(), torch.get_num_threads()))
+
+    default = []
+    for target in (learner_thread, lambda: default.append(torch.get_num_threads())):
+        thread = threading.Thread(target=target)
+        thread.start()
+        thread.join()
+    (busy, one), first, (idle, every), second, (learner, ones) = seen
+    assert (first, second) == (1, 3) and busy is learner and one == ones == 1
+    assert idle is not learner and not idle.is_alive() and every == default[0]
+    spread = []
+    monkeypatch.setattr(yielding, "on_every_core", lambda step: spread.append(1) or step())
+    served = Learner(tiny_settings(tmp_path, learner_every_core_while_idle=True), loaded=tiny_loaded(),
+                     busy=lambda: False)
+    assert served.learn(submit(served)) == "committed" and spread

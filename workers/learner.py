@@ -34,7 +34,7 @@ from workers.stages.scoring import Scorer
 from workers.stages.train import train
 from workers.stages.weigh import weigh
 from workers.weigher import Weigher
-from workers.yielding import Rests, YieldToServing
+from workers.yielding import Rests
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class Learner:
         self.versions, self.suites = open_versions(settings, self.engine), open_suites(settings, self.engine)
         self.held = Held(settings, loaded.model, loaded.tokenizer, loaded.name, self.versions, self.suites)
         # Rests between steps and after each phase of a job while the API of this process decodes (embedded).
-        self.rests = Rests(YieldToServing(settings.embedded.learn_share, busy or (lambda: False)))
+        self.rests = Rests.beside(settings.embedded, busy)
         self.parts = Parts(settings, loaded.model, loaded.tokenizer, self.documents, self.versions, self.suites,
                            self.held, Scorer(loaded.model, loaded.tokenizer, self.held, self.rests),
                            Weigher(settings, loaded.model, loaded.tokenizer, loaded.name, self.held.method),

@@ -1,15 +1,21 @@
 """How the calling thread computes: on how many threads its PyTorch operators run, and at what CPU priority. The
 embedded learner's thread sets both (workers/job.py), so that it takes from the decoder on the same cores as little as
-it can; a preview's thread sets the count (workers/preview.py); every other thread keeps its own (docs/decisions.md:
+it can, and while nothing decodes it may train on every core in threads that end (on_every_core); a preview's thread
+sets the count (workers/preview.py); every other thread keeps its own (docs/decisions.md:
 "The embedded learner computes on one thread", "The embedded learner computes at idle priority" and "A preview
 computes on one thread")."""
 from __future__ import annotations
 
 import ctypes
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import torch
+
+T = TypeVar("T")
 
 
 def threads_here(count: int) -> bool:
@@ -38,3 +44,23 @@ def idle_priority_here() -> bool:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # 0: the calling thread
     return True
+
+
+def on_every_core(work: Callable[[], T]) -> T:
+    """`work()` in a thread of its own, on PyTorch's count of threads (a new thread's own, whatever the caller's) and
+    at the caller's priority, which ends with it: its OpenMP team ends too, so none is left beside the decoder's
+    (docs/decisions.md: "A preview computes on one thread"). What `work` raises is raised here."""
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as exc:  # noqa: BLE001 -- handed to the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, name=f"{threading.current_thread().name}-every-core")
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]  # type: ignore[misc]
+    return outcome["value"]  # type: ignore[return-value]

@@ -66,7 +66,8 @@ def train(parts: Parts, run: Run, examples: list[Example], own: list[Probe], rep
     report = run.method.train(
         examples, steps, probes_pass=probes_pass,
         progress=progress, optimizer=optimizer, replay=list(replay), pinned=pinned,
-        deadline=clock + parts.settings.training.max_train_s, rest_after_step=parts.rests.step)
+        deadline=clock + parts.settings.training.max_train_s, rest_after_step=parts.rests.step,
+        compute=parts.rests.compute)
     run.timings["train_s"] = run.timings.get("train_s", 0.0) + time.perf_counter() - clock
     run.fields["training"] = {"steps": report.steps, "stopped_early": report.stopped_early,
                               "timed_out": report.timed_out, "losses": report.losses,
