@@ -32,6 +32,8 @@ from serving.batching import BUSY_GAP_S
 
 GOOD, VANISH, FLOOD = "good-client-key", "vanishing-client-key", "flood-client-key"  # one key each
 RIVAL = "rival-tenant-key"  # another tenant's key with the flood key's name
+# The key each attack sends with, where not the vanishing clients' (a generate key).
+ATTACKERS_KEYS = {"previews": FLOOD, "blank_documents": FLOOD, "repeated_delete": FLOOD, "other_tenant": RIVAL}
 BODY_CAP = 1_048_576  # CKL_LIMITS_MAX_BODY_BYTES's default
 
 
@@ -154,8 +156,7 @@ async def attack(url: str, kind: str, until: asyncio.Event) -> dict[str, int]:
     again (`repeated_delete`), reaching for another tenant's document (`other_tenant`). Each text is as long as the
     limits allow. The answers by status."""
     counts: dict[str, int] = {}
-    key = FLOOD if kind in ("previews", "blank_documents", "repeated_delete") else RIVAL if kind == "other_tenant" \
-        else VANISH
+    key = ATTACKERS_KEYS.get(kind, VANISH)
     theirs = await flood_keys_document(url) if kind == "other_tenant" else None
     async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
         erased = await erasable(client, url) if kind == "repeated_delete" else None

@@ -9,15 +9,12 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
 
 import torch
 
 from core.model.loader import load_model
 from core.settings import Settings
-from workers.threads import threads_here
-
-T = TypeVar("T")
+from workers.threads import on_every_core, threads_here
 
 
 def step_ms(model: torch.nn.Module, steps: int) -> float:
@@ -51,21 +48,12 @@ def beside(idle_after: Callable[[], None], measure: Callable[[], float]) -> floa
         thread.join()
 
 
-def in_a_thread(work: Callable[[], T]) -> T:
-    """What `work` returns, run in a thread of its own (a thread's OpenMP setting and team are its own)."""
-    result: list[T] = []
-    thread = threading.Thread(target=lambda: result.append(work()))
-    thread.start()
-    thread.join()
-    return result[0]
-
-
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="ckl bench openmp-teams")
     parser.add_argument("--steps", type=int, default=30)
     args = parser.parse_args(argv)
     # Loaded in a thread that ends, as `ckl serve` loads it: a thread alive with a team would count in every row.
-    model = in_a_thread(lambda: load_model(Settings(), progress=lambda message: None).model)
+    model = on_every_core(lambda: load_model(Settings(), progress=lambda message: None).model)
 
     def compute_once(threads: int | None) -> Callable[[], None]:
         """One large product, on `threads` threads (None: PyTorch's count)."""
@@ -80,7 +68,7 @@ def main(argv: list[str]) -> None:
         return step_ms(model, args.steps)
 
     def after_one_ended() -> float:
-        in_a_thread(compute_once(None))
+        on_every_core(compute_once(None))
         return measure()
 
     print(f"PyTorch's threads: {torch.get_num_threads()}")
@@ -90,4 +78,4 @@ def main(argv: list[str]) -> None:
             ("after a thread that computed on PyTorch's count has ended", after_one_ended),
             ("alone again", measure))
     for name, run in rows:
-        print(f"{name:<60} {in_a_thread(run):>7} ms a step")
+        print(f"{name:<60} {on_every_core(run):>7} ms a step")

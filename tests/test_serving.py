@@ -1,7 +1,5 @@
 """Version 0 is the base model exactly; versions swap between decoding steps without mixing."""
 import threading
-from collections.abc import Callable
-from typing import TypeVar
 
 import pytest
 import torch
@@ -13,9 +11,9 @@ from methods.adapter import layer as adapter
 from methods.memory import layer as memory_layer
 from serving.generation import SamplingParams, cut_at_stop, generate, sample_token
 from workers.preview import AutoProbePreview
+from workers.threads import on_every_core
 from workers.train_attention import phi
 
-T = TypeVar("T")
 SETTINGS = Settings(method_settings={"adapter": {"rank": 4, "alpha": 8}})
 
 
@@ -157,7 +155,7 @@ def test_a_preview_holds_the_decoding_lock_one_window_at_a_time(tiny, tmp_path):
         return original(version, fn, routes)
 
     serving.run = run
-    assert in_a_thread(lambda: AutoProbePreview(settings)(serving, text, "routed")) is not None
+    assert on_every_core(lambda: AutoProbePreview(settings)(serving, text, "routed")) is not None
     assert windows > 1 and holds == [0] * windows
 
 
@@ -170,16 +168,8 @@ def test_a_preview_computes_on_one_thread_and_leaves_the_others_theirs(tiny):
         AutoProbePreview(SETTINGS)(serving, "The capital of Veltoria is Marnhold.", "routed")
         return torch.get_num_threads()
 
-    default = in_a_thread(torch.get_num_threads)
+    default = on_every_core(torch.get_num_threads)
     if default == 1:
         pytest.skip("a thread computes on one thread here anyway")
-    assert in_a_thread(previewed) == 1 and in_a_thread(torch.get_num_threads) == default
+    assert on_every_core(previewed) == 1 and on_every_core(torch.get_num_threads) == default
 
-
-def in_a_thread(work: Callable[[], T]) -> T:
-    """What `work` returns, run in a thread of its own (as a request is; a setting of the thread's stays there)."""
-    result = []
-    thread = threading.Thread(target=lambda: result.append(work()))
-    thread.start()
-    thread.join()
-    return result[0]
