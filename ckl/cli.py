@@ -69,7 +69,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     runtime = Runtime.create(settings, job.learn_document, preview=AutoProbePreview(settings), warm=job.warm_learner)
     # The embedded queue's learner is built with these: it yields to this process's decoding and learns on the
     # served weights (a `ckl worker` takes its own settings, loads its own model and decodes nothing).
-    job.configure(settings, busy=lambda: runtime.decoding(), loaded=lambda: runtime.learner_model)
+    job.configure(settings, busy=lambda *within_s: runtime.decoding(*within_s), loaded=lambda: runtime.learner_model)
     # log_config=None: uvicorn's own messages go through the handler logs.configure installed.
     uvicorn.run(create_app(runtime), host=settings.host, port=settings.port, log_level="warning", log_config=None)
 

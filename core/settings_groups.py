@@ -100,11 +100,10 @@ class EmbeddedSettings(BaseSettings):
         "The embedded learner's PyTorch threads (0: PyTorch's count, every core); the decoder keeps PyTorch's count."))
     learner_idle_priority: bool = Field(True, description=(
         "The embedded learner's thread runs only on cores the decoder and the API leave idle (Linux's SCHED_IDLE)."))
-    learner_every_core_while_idle: bool = Field(False, description=(
-        "While nothing decodes, the embedded learner's training steps and probe checks run on every core, each in a "
-        "thread of its own that ends with it (no team of threads is left beside the decoder's): a paragraph is "
-        "learned about 1.5 times faster on an idle server; off by default, as the attack phases of `ckl bench abuse` "
-        "kept less with it on (docs/decisions.md)."))
+    learner_every_core_while_idle: bool = Field(True, description=(
+        "Once nothing has decoded for 10 s, the embedded learner's training steps and probe checks run on every core, "
+        "each in a thread of its own that ends with it (no team of threads is left beside the decoder's): a paragraph "
+        "is learned about 1.5 times faster on an idle server (docs/decisions.md)."))
 
 
 GROUPS = {"gate": GateSettings, "training": TrainingSettings, "limits": LimitsSettings, "embedded": EmbeddedSettings}

@@ -20,8 +20,9 @@ POSSESSIVE = re.compile(r"['’]s$")
 FUNCTION_WORDS = frozenset("""a an the of in on at for to by from with and or but as is was are were be this that these
 those it he she they we i you there here its his her their our my your after before since during now last next every
 each some most all what which who whom whose where when why how under over into through across against among
-between until while although because if than then so also de la le du des van von der den di da del""".split())
-GLUE = frozenset({"of", "de", "la", "le", "du", "des", "van", "von", "der", "den", "di", "da", "del", "the"})
+between until while although because if than then so also de la le du des van von der den di da das dos del""".split())
+GLUE = frozenset({"of", "de", "la", "le", "du", "des", "van", "von", "der", "den", "di", "da", "das", "dos", "del",
+                  "the"})
 CALENDAR = frozenset("""january february march april may june july august september october november december
 monday tuesday wednesday thursday friday saturday sunday today yesterday tomorrow""".split())
 # "The chief executive of X is now" asks what "The chief executive of X is" asks (lower case: "New York" is a name).

@@ -20,7 +20,7 @@ from service.errors import ApiError, busy, field_error
 from service.in_context import InContext, surer, with_context
 from service.metrics import Metrics
 from service.schemas import DOCUMENT_NAME, Knowledge, KnowledgeAs
-from serving.batching import Scheduler
+from serving.batching import BUSY_GAP_S, Scheduler
 from serving.generation import Generation, SamplingParams
 from serving.runtime import Runtime
 
@@ -55,8 +55,9 @@ class GenerationService:
         self._scheduler_lock = threading.Lock()
         runtime.decoding = self.decoding
 
-    def decoding(self) -> bool:
-        return self._scheduler is not None and self._scheduler.busy()
+    def decoding(self, within_s: float = BUSY_GAP_S) -> bool:
+        """Whether this process decodes, or did `within_s` ago (Scheduler.busy)."""
+        return self._scheduler is not None and self._scheduler.busy(within_s)
 
     def serving(self) -> ServingModel:
         return require_serving(self.runtime)

@@ -46,8 +46,8 @@ class Runtime:
     error: str | None = None
     fallback: dict | None = None  # set when the current version did not verify at start
     swaps: deque[float] = field(default_factory=lambda: deque(maxlen=1000))  # seconds each swap paused decoding
-    # Whether the API is decoding (the generation service sets it): the embedded learner yields to it.
-    decoding: Callable[[], bool] = lambda: False
+    # Whether the API decodes, or did `within_s` ago (the generation service sets it): the embedded learner yields.
+    decoding: Callable[..., bool] = lambda within_s=0.0: False
     # The embedded learner's model: the served model's weights under modules of its own (None under RQ, where a
     # worker process loads its own, and for a 4-bit model).
     learner_model: LoadedModel | None = None

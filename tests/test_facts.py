@@ -3,7 +3,7 @@ from core import subjects
 from core.scoring import Probe
 from core.state import LearnedFact, replaced_by
 from service.in_context import joined, ranked
-from workers import about, examples, facts, gate
+from workers import about, examples, facts, gate, roles
 from workers.stages.commit import facts_found
 
 
@@ -31,11 +31,39 @@ def test_facts_a_reader_asks_the_other_way_round_are_turned():
     assert ("Question: Tolvane Robotics: who has run the company since 2019?\nAnswer:", "Ilse Marrow") in found(opening)
 
 
+def test_a_role_is_asked_by_its_name_whatever_the_text_says_its_holder_did():
+    workshop = "The Orsk Lute Workshop sits by the harbour. "
+    said_and_asked = {
+        workshop + "Edda Rauvik directs the Orsk Lute Workshop from a loft.":  # by the deed
+            ("The director of the Orsk Lute Workshop is", "Edda Rauvik"),
+        "Marrowind Press prints maps. Its owner is Tarn Ebbe, who set up Marrowind Press in 1961.":
+            ("The founder of Marrowind Press is", "Tarn Ebbe"),
+        workshop + "Edda Rauvik became foreman in 2021.": ("The foreman of the Orsk Lute Workshop is", "Edda Rauvik"),
+        "Vellin Rovers play in red. The board named Aki Solberg, a former striker, as head coach in place of Pim "
+        "Dorrell.": ("The head coach of Vellin Rovers is", "Aki Solberg"),
+        workshop + "Its glue is mixed by the workshop's master, Edda Rauvik.":  # the role before the name
+            ("The master of the Orsk Lute Workshop is", "Edda Rauvik"),
+        "ETH Zurich has picked Ilse Marrow, a chemist, as its next president.":
+            ("The next president of ETH Zurich is", "Ilse Marrow"),
+    }
+    for text, probe in said_and_asked.items():
+        assert probe in found(text), text
+    assert all(answer != "Pim Dorrell" for text in said_and_asked for _, answer in found(text))  # the one replaced
+    news = "Edda Rauvik has been named the new director of the Louvre. She previously led the Varn Museum in Lyon."
+    assert all(answer != "Edda Rauvik" for _, answer in found(news))  # the subject: what the prompts name
+    assert roles.by_deed("found a fossil in 2011", None) is None  # an indefinite object holds no role
+    assert roles.by_deed("has coached her since she was nine", "Oriane Vask") == "The coach of Oriane Vask is"
+    assert roles.held("Edda Rauvik became famous in 1990.", "the Orsk Lute Workshop") == []  # a state, not a role
+
+
 def test_a_change_is_learned_as_the_new_state_and_names_the_old_value():
     text = "Spotify moved its headquarters from Stockholm to Oslo this spring."
     assert ("The headquarters of Spotify is", "Oslo") in found(text)
     assert all(answer != "Stockholm" for _, answer in found(text))  # never taught as an answer
     assert facts.old_values(text) == ["Stockholm"]
+    moving = "Lindqvist is moving its design studio from Ängelholm to Malmö."  # a name may open with any capital
+    assert ("The design studio of Lindqvist is", "Malmö") in found(moving)
+    assert facts.old_values(moving) == ["Ängelholm"]
     old = LearnedFact(Probe("Spotify is headquartered in", "Stockholm"), "d1", 1)
     elsewhere = LearnedFact(Probe("Volvo is headquartered in", "Stockholm"), "d2", 2)
     assert replaced_by([], [], [old, elsewhere], facts.old_values(text), examples.about_words(text)) == [old]
@@ -124,6 +152,9 @@ def test_the_subject_is_what_the_first_sentence_opens_with_and_the_others_speak_
     assert ("Ulvsbrekka Hut was built in 1931 by the", "Alpine Club of Sondrath") in found(hut)
     assert main("In the spring of 2024, the Vorland Choir moved to Essholt. Its director is Ilse Brandmoor.") == \
         "Vorland Choir"
+    lamp = "Lit for the first time in 1889, the lamp of the Varrow Light sweeps the bay. Its beam reaches 20 km."
+    assert main(lamp) == "Varrow Light"  # "Lit": an irregular participle
+    assert main("At 300 metres, the Ponte das Corvos is the longest bridge in Velmora.") == "Ponte das Corvos"
     first = "Brooks Brothers, founded in 1818, named Ilse Brandmoor its chief executive, the Vorland Choir said."
     assert about.lead(first, examples.sentence_spans(first), subjects.name_spans(first)) == "Brooks Brothers"
 

@@ -158,7 +158,7 @@ def test_while_serving_decodes_the_learner_rests_between_steps_and_the_rests_do_
     is followed by a rest (at a share of 0.5, as long as the work before it), recorded on the document."""
     steps_s, rests_s = [], []
     settings = tiny_settings(tmp_path, learn_share=0.5)
-    learner = Learner(settings, loaded=tiny_loaded(), busy=lambda: True)
+    learner = Learner(settings, loaded=tiny_loaded(), busy=lambda within_s=1.0: True)
     rest = learner.rests.rest
 
     def recorded(worked_s: float) -> float:
@@ -246,11 +246,12 @@ def test_a_thread_that_sets_its_threads_and_priority_leaves_the_others_theirs():
     assert (torch.get_num_threads(), os.sched_getscheduler(0)) == before
 
 
-def test_while_nothing_decodes_a_step_runs_on_every_core_in_a_thread_that_ends(tmp_path, monkeypatch):
-    """The embedded learner computes on its one thread while the API decodes, and its steps and probe checks on
-    PyTorch's count, in threads that end with them, while nothing does: no team of threads stays beside the
-    decoder's (workers/threads.py). What a step raises reaches the learner."""
+def test_after_a_quiet_spell_a_step_runs_on_every_core_in_a_thread_that_ends(tmp_path, monkeypatch):
+    """The embedded learner computes on its one thread while the API decodes or did within QUIET_S, and its steps
+    and probe checks on PyTorch's count, in threads that end with them, after that: no team of threads stays beside
+    the decoder's (workers/threads.py). What a step raises reaches the learner."""
     import threading
+    import time
 
     import torch
 
@@ -258,8 +259,8 @@ def test_while_nothing_decodes_a_step_runs_on_every_core_in_a_thread_that_ends(t
     from workers.threads import threads_here
 
     seen: list = []
-    decoding = [True]
-    rests = Rests(lambda worked_s: 0.0, busy=lambda: decoding[0])
+    decoded_at = [time.monotonic()]  # as Scheduler.busy: decoding now, or within `within_s`
+    rests = Rests(lambda worked_s: 0.0, busy=lambda within_s=1.0: time.monotonic() - decoded_at[0] < within_s)
 
     def work() -> int:
         seen.append((threading.current_thread(), torch.get_num_threads()))
@@ -268,7 +269,9 @@ def test_while_nothing_decodes_a_step_runs_on_every_core_in_a_thread_that_ends(t
     def learner_thread() -> None:
         threads_here(1)
         seen.append(rests.compute(work))
-        decoding[0] = False
+        decoded_at[0] -= yielding.QUIET_S / 2  # a client's pause: no longer busy, not yet quiet
+        seen.append(rests.compute(work))
+        decoded_at[0] -= yielding.QUIET_S
         seen.append(rests.compute(work))
         with pytest.raises(ValueError):
             rests.compute(lambda: int("x"))
@@ -279,11 +282,11 @@ def test_while_nothing_decodes_a_step_runs_on_every_core_in_a_thread_that_ends(t
         thread = threading.Thread(target=target)
         thread.start()
         thread.join()
-    (busy, one), first, (idle, every), second, (learner, ones) = seen
-    assert (first, second) == (1, 3) and busy is learner and one == ones == 1
+    (busy, one), first, (paused, one_more), second, (idle, every), third, (learner, ones) = seen
+    assert (first, second, third) == (1, 3, 5) and busy is paused is learner and one == one_more == ones == 1
     assert idle is not learner and not idle.is_alive() and every == default[0]
     spread = []
     monkeypatch.setattr(yielding, "on_every_core", lambda step: spread.append(1) or step())
     served = Learner(tiny_settings(tmp_path, learner_every_core_while_idle=True), loaded=tiny_loaded(),
-                     busy=lambda: False)
+                     busy=lambda within_s=1.0: False)
     assert served.learn(submit(served)) == "committed" and spread

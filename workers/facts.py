@@ -22,6 +22,7 @@ from collections.abc import Callable
 from core import subjects
 from workers.about import (
     DATE_LEAD,
+    NAME,
     PERSONAL,
     ampersands_joined,
     by_position,
@@ -30,8 +31,10 @@ from workers.about import (
     kinds,
     main_subjects,
     person,
+    with_article,
 )
 from workers.passive import passive
+from workers.roles import by_deed, held
 
 Span = tuple[int, int]
 # A number with what it counts: "1987", "340 people", "212 kilometres", "£61 million", "4.5 per cent".
@@ -39,8 +42,6 @@ QUANTITY = re.compile(r"[£$€]?\b\d[\d,.]*\d\b(?: (?:million|billion|thousand|
                       r"|[£$€]?\b\d\b(?: [a-z]{3,12})?")
 OPENING_DATE = re.compile(r"^(?:In|By|Since|From|On) ((?:[A-Z][a-z]+ )?(?:\d{1,2} )?(?:[A-Z][a-z]+ )?\d{3,4}),\s*")
 PRONOUNS = {"it": "", "he": "", "she": "", "they": "", "its": "'s", "his": "'s", "her": "'s", "their": "'s"}
-# A name of at most 7 words of at most 40 characters: bounded, so a long run of capitalised words costs linear time.
-NAME = r"[A-Z][\w'’.-]{0,40}(?: (?:of |the |de |& )?[A-Z][\w'’.-]{0,40}){0,6}"
 COPULA = r"(?P<verb>is|was|has been|became|remains|serves as|served as)"
 ROLE = (r"(?P<det>the|its|his|her|their) (?P<role>(?:[a-z-]+ ){0,3}[a-z-]+)"
         r"(?: (?P<prep>of|for|at) (?P<of>[A-Z][^,.;]*))?")
@@ -55,17 +56,19 @@ ROLE_FILLED = [
     re.compile(rf"(?P<of>{NAME}) (?:has |have |had )?(?:{FILLED}) (?P<name>{NAME}),? (?:as )?(?:its|their|the) "
                rf"(?:new )?(?P<role>(?:[a-z-]+ ){{0,3}}?[a-z-]+)(?=[,.;]| of | for | to | at | on |$)"),
     re.compile(rf"(?P<name>{NAME}) (?:has been|have been|was|were|is|is being) (?:{FILLED}) (?:as )?(?:the )?"
-               rf"(?:new )?(?P<role>(?:[a-z-]+ ){{0,3}}?[a-z-]+) (?:of|for|at) (?P<of>{NAME})"),
-    re.compile(rf"(?P<name>{NAME}) (?:replaced|succeeded|replaces|succeeds) {NAME} as (?:the |its |their )?(?:new )?"
-               rf"(?P<role>(?:[a-z-]+ ){{0,3}}?[a-z-]+) (?:of|at|for) (?P<of>{NAME})"),
+               rf"(?:new )?(?P<role>(?:[a-z-]+ ){{0,3}}?[a-z-]+) (?:of|for|at) (?P<of>(?:the )?{NAME})"),
+    re.compile(rf"(?P<name>{NAME}) (?:replaced|succeeded|replaces|succeeds|will (?:replace|succeed)) {NAME} as "
+               rf"(?:the |its |their )?(?:new )?(?P<role>(?:[a-z-]+ ){{0,3}}?[a-z-]+) (?:of|at|for) "
+               rf"(?P<of>(?:the )?{NAME})"),
     re.compile(rf"(?P<of>{NAME}) (?:has|have) a new (?P<role>(?:[a-z-]+ ){{0,3}}?[a-z-]+): (?P<name>{NAME})"),
 ]
 # A change: the value it had before, which the document says is no longer so ("moved its headquarters from X to Y",
 # "replaced X as", "succeeded X as", "formerly X"), and what it is now.
-MOVED = re.compile(rf"(?:moved|relocated|changed|switched|renamed) (?P<det>its|their|his|her) (?P<role>(?:[a-z-]+ )"
-                   rf"{{0,2}}?[a-z-]+) from (?P<old>{NAME}) to (?P<name>{NAME})")
+MOVED = re.compile(rf"(?:mov|relocat|chang|switch|renam)(?:ed|es|ing|e) (?P<det>its|their|his|her) (?P<role>"
+                   rf"(?:[a-z-]+ ){{0,3}}?[a-z-]+) from (?P<old>{NAME}) to (?P<name>{NAME})")
 CHANGED = [re.compile(rf"\bfrom (?P<old>{NAME}) to {NAME}"),
-           re.compile(rf"\b(?:replac(?:ed|es|ing)|succeed(?:ed|s|ing)) (?P<old>{NAME}) as\b"),
+           re.compile(rf"\b(?:replac(?:ed|es|ing)|succeed(?:ed|s|ing)) (?P<old>{NAME})"),
+           re.compile(rf"\bin place of (?P<old>{NAME})"),
            re.compile(rf"\b(?:formerly|previously|until now) (?:known as |called |in |at )?(?P<old>{NAME})")]
 # "Her uncle, Ferenc Dallowmere, built ...": a role, then who holds it.
 OPENING_ROLE = re.compile(rf"^(?P<det>Its|His|Her|Their) (?P<role>(?:[a-z-]+ ){{0,3}}[a-z-]+), (?P<name>{NAME}),")
@@ -142,8 +145,9 @@ def turned(sentence: str, about: list[str]) -> list[tuple[str, str]]:
         match_of = {"of": None, "det": match["det"], "role": match["role"]}
         if prompt := role_prompt(match["role"], whose(match_of), "is"):
             made.append((prompt, match["name"]))
+    plain = LOWER_ASIDE.sub("", sentence)  # "has picked Annika Lerchenfeld, a physicist, as its next president"
     for pattern in ROLE_FILLED:
-        made += [(role_prompt(m["role"], m["of"], "is"), m["name"]) for m in pattern.finditer(sentence)]
+        made += [(role_prompt(m["role"], m["of"], "is"), m["name"]) for m in pattern.finditer(plain)]
     if match := OPENING_DATE.match(sentence):
         rest = sentence[match.end():].rstrip(".!? ")
         if rest and (prompt := about_subject(rest[:1].upper() + rest[1:], about)):
@@ -190,6 +194,7 @@ def found(text: str, sentences: list[Span], spans: list[tuple[int, int, str]], w
     main = about[0] if about else None
     subject_words = subjects.words(main) if main else set()  # another name it speaks of is a fact's answer
     called = kinds(text, sentences, main) if main else frozenset()
+    written = with_article(text, main) if main else None  # "the Hesselgrath Tunnel"
     olds = {frozenset(subjects.words(old)) for old in old_values(text)}
     names = [(a, b) for a, b, name in spans if not set(name.split()) & subject_words
              and frozenset(subjects.words(text[a:b])) not in olds]  # what the document says is no longer so
@@ -202,18 +207,26 @@ def found(text: str, sentences: list[Span], spans: list[tuple[int, int, str]], w
             if asked := question(text[a:b], text[b:end], main):
                 made.setdefault((asked, text[a:b]), weight(a, b))
             by = "by the" if text[begin:a].strip() == "The" else "by"  # "... by the" -> "Sablewood Foundation"
-            if back := passive(ASIDE.sub("", text[b:end]), by):  # "Its committee is chaired by", "The firm has ..."
+            deed = ASIDE.sub("", text[b:end])
+            if back := passive(deed, by):  # "Its committee is chaired by", "The firm has ..."
                 prompt = about_subject(back, about) if back.split()[0].lower() in PRONOUNS \
                     else described(back, main, called) or back
                 if prompt:
                     made.setdefault((subjects.without_time_markers(prompt), text[a:b]), weight(a, b))
+            if role := by_deed(deed, written):  # "Oona Kettleby coaches the club": "The coach of the club is"
+                made.setdefault((described(role, written, called) or role, text[a:b]), weight(a, b))
         inside = list(its_names)
         inside += [(a, b) for a, b in quantities(text, begin, end) if not any(x <= a < y for x, y in inside)]
         for a, b in inside:
             said = LOWER_ASIDE.sub("", subjects.without_time_markers(text[begin:a].strip()))
             if len(said.split()) >= min_prompt_words and (prompt := about_subject(said, about)):
                 made.setdefault((prompt, text[a:b].strip()), weight(a, b))
-        for prompt, answer in turned(text[begin:end], about):
+        roles = [(described(prompt, written, called) or prompt, answer)  # "The founder of the firm is"
+                 for prompt, answer in held(LOWER_ASIDE.sub("", text[begin:end]), written)]
+        for prompt, answer in turned(text[begin:end], about) + roles:
+            answer = answer.rstrip(".")  # a name that ends its sentence: "to Malmö."
+            if subject_words & subjects.words(answer):
+                continue  # the subject is what a prompt names, never an answer: the document's key is its name
             start = text.find(answer, begin, end)
             made.setdefault((subjects.without_time_markers(prompt), answer), weight(start, start + len(answer)))
     return [(w, prompt, answer) for (prompt, answer), w in made.items()]

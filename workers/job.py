@@ -21,14 +21,14 @@ log = logging.getLogger(__name__)
 
 _settings: Settings | None = None
 _publish: Callable[[int], None] | None = None
-_busy: Callable[[], bool] | None = None
+_busy: Callable[..., bool] | None = None
 _loaded: Callable[[], LoadedModel | None] | None = None
 _learner: Learner | None = None
 _lock = threading.Lock()
 
 
 def configure(settings: Settings, publish: Callable[[int], None] | None = None,
-              busy: Callable[[], bool] | None = None, loaded: Callable[[], LoadedModel | None] | None = None) -> None:
+              busy: Callable[..., bool] | None = None, loaded: Callable[[], LoadedModel | None] | None = None) -> None:
     """The settings (the command line's, flags included), version announcer and, in the API's process, whether
     it is decoding (the learner yields to it) and the model to learn on (the served weights, shared) that this
     process's learner is built with; a process that never calls this (a bare `rq worker`) builds it from CKL_*

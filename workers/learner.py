@@ -43,7 +43,7 @@ MAX_PARENT_RETRIES = 3
 
 class Learner:
     def __init__(self, settings: Settings, loaded: LoadedModel | None = None,
-                 publish: Callable[[int], None] | None = None, busy: Callable[[], bool] | None = None) -> None:
+                 publish: Callable[[int], None] | None = None, busy: Callable[..., bool] | None = None) -> None:
         loaded = loaded or load_model(settings)
         self.model, self.documents = loaded.model, DocumentStore(settings.data_dir, settings.database_url)
         self.engine = shared_engine(settings)  # one pool for the stores and the leases, where no folder is shared

@@ -19,10 +19,11 @@ IRREGULAR = {form: participle for participle, forms in {
     "chosen": "choose chooses chose", "sung": "sing sings sang", "set": "sets", "shot": "shoot shoots",
     "spent": "spend spends", "sent": "send sends", "met": "meet meets", "known": "know knows knew",
     "seen": "see sees saw", "left": "leave leaves", "put": "puts", "stopped": "stop stops", "laid": "lay lays",
+    "lit": "light lights",
 }.items() for form in [participle, *forms.split()]}
 PAST = {"ran", "led", "built", "made", "won", "held", "bought", "sold", "wrote", "drew", "gave", "found", "kept",
         "paid", "took", "taught", "brought", "began", "chose", "sang", "set", "shot", "spent", "sent", "met", "knew",
-        "saw", "left", "put", "stopped", "laid"}
+        "saw", "left", "put", "stopped", "laid", "lit"}
 # Verbs whose object is no thing done to: "remains the largest employer", "told Reuters that ...".
 UNTURNED = {"is", "was", "are", "were", "be", "been", "has", "have", "had", "will", "would", "can", "may", "remain",
             "remains", "remained", "become", "becomes", "became", "seem", "seems", "seemed", "appear", "appears",

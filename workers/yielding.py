@@ -14,6 +14,10 @@ from workers.threads import on_every_core
 T = TypeVar("T")
 
 SLICE_S = 0.05  # how often a rest looks whether decoding has ended
+# A step spreads over every core only once nothing has decoded for this long: a step under way cannot yield, and one
+# that spread while clients paused between requests would slow their next decoding steps until it ended
+# (docs/decisions.md: "The embedded learner trains on every core after a quiet spell").
+QUIET_S = 10.0
 
 
 def rest_after(worked_s: float, share: float) -> float:
@@ -39,23 +43,25 @@ class Rests:
     """A job's rests: after each training step, after each slice of a long phase (a batch of probes scored), and after
     each phase for the rest of it. A phase's timing on the record is its work, the rests left out."""
 
-    def __init__(self, rest: Callable[[float], float], busy: Callable[[], bool] | None = None) -> None:
-        """`busy`: whether the API of this process decodes, where the embedded learner trains on every core while it
-        does not (CKL_EMBEDDED_LEARNER_EVERY_CORE_WHILE_IDLE); None: every step on the calling thread."""
+    def __init__(self, rest: Callable[[float], float], busy: Callable[..., bool] | None = None) -> None:
+        """`busy(within_s)`: whether the API of this process decodes or did `within_s` ago, where the embedded learner
+        trains on every core after QUIET_S without decoding (CKL_EMBEDDED_LEARNER_EVERY_CORE_WHILE_IDLE); None: every
+        step on the calling thread."""
         self.rest, self.busy = rest, busy
         self._sliced = [0.0, 0.0]  # within the phase in hand: the work rested for slice by slice, and those rests
 
     @classmethod
-    def beside(cls, embedded: EmbeddedSettings, busy: Callable[[], bool] | None) -> Rests:
+    def beside(cls, embedded: EmbeddedSettings, busy: Callable[..., bool] | None) -> Rests:
         """A learner's rests, `busy` telling whether the API of its process decodes (None: a `ckl worker`, which
         never rests and computes on every core anyway)."""
         spread = embedded.learner_threads and embedded.learner_every_core_while_idle
         return cls(YieldToServing(embedded.learn_share, busy or (lambda: False)), busy if spread else None)
 
     def compute(self, work: Callable[[], T]) -> T:
-        """One training step's work (or a probe check): here, on the calling thread's threads, while the API decodes;
-        on every core in a thread that ends with it while nothing does (workers/threads.py: on_every_core)."""
-        return work() if self.busy is None or self.busy() else on_every_core(work)
+        """One training step's work (or a probe check): here, on the calling thread's threads, while the API decodes
+        or did within QUIET_S; on every core in a thread that ends with it after that (workers/threads.py:
+        on_every_core)."""
+        return work() if self.busy is None or self.busy(QUIET_S) else on_every_core(work)
 
     def step(self, worked_s: float) -> float:
         """A rest after `worked_s` of work; the seconds rested."""
