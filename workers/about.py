@@ -19,11 +19,13 @@ Span = tuple[int, int]
 # An opening date, comma or not: "Since 2015 she has toured", "In 1987, Ilse Marrow founded".
 DATE_LEAD = re.compile(r"^(?:In|By|Since|From|On) (?:[A-Z][a-z]+ )?(?:\d{1,2} )?(?:[A-Z][a-z]+ )?\d{3,4},?\s+")
 PERSONAL = {"he", "she", "his", "her"}
-# A name of at most 7 words of at most 40 characters, each capitalised ("Älmhult" too), glue words between them
-# ("Ponte das Gaivotas"): bounded, so a long run of capitalised words costs linear time.
-UPPER = "A-ZÀ-ÖØ-ÞĀ-Ž"
-NAME = (rf"[{UPPER}][\w'’.-]{{0,40}}(?: (?:of |the |de |da |das |dos |del |van |von |& )?[{UPPER}][\w'’.-]{{0,40}})"
+# A name of at most 7 words of at most 40 characters, each capitalised (Latin-1's capitals too: "Älmhult"), glue
+# words between them ("Ponte das Gaivotas"): bounded, so a long run of capitalised words costs linear time.
+UPPER = "A-ZÀ-ÖØ-Þ"
+NAME = (rf"[{UPPER}][\w'’.-]{{0,40}}(?: (?:(?:{'|'.join(sorted(subjects.GLUE))}) |& )?[{UPPER}][\w'’.-]{{0,40}})"
         r"{0,6}")
+# An aside a reader leaves out of the question: ", a glassblower,", ", who ran as the candidate of X,".
+LOWER_ASIDE = re.compile(r", [a-z][^,;]{0,80},(?= [a-z])")
 # A name followed by one of these is not what its sentence is about ("Published in 1958, ...", "Banks of shale").
 PREPOSITIONS = frozenset({"in", "by", "at", "on", "of", "with", "for", "from", "to", "after", "before", "under"})
 # An opening phrase before the subject: "Perched at 2,614 metres on the saddle, the Ulvsbrekka Hut is ...", "Laid out

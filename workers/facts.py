@@ -22,6 +22,7 @@ from collections.abc import Callable
 from core import subjects
 from workers.about import (
     DATE_LEAD,
+    LOWER_ASIDE,
     NAME,
     PERSONAL,
     ampersands_joined,
@@ -34,7 +35,7 @@ from workers.about import (
     with_article,
 )
 from workers.passive import passive
-from workers.roles import by_deed, held
+from workers.roles import FILLED, by_deed, held
 
 Span = tuple[int, int]
 # A number with what it counts: "1987", "340 people", "212 kilometres", "£61 million", "4.5 per cent".
@@ -51,7 +52,6 @@ ROLE_SENTENCE = re.compile(rf"^(?P<name>[A-Z][^,.;]*?) {COPULA} {ROLE}[.,;]?$")
 APPOSITION = re.compile(rf"(?P<name>{NAME}), {ROLE},")
 # News of a role filled: "Nestlé has named Ilse Marrow as its new chief executive", "Ilse Marrow has been appointed
 # principal of the University of Edinburgh", "Lisbon has a new mayor: Ilse Marrow".
-FILLED = "named|appointed|elected|hired|chosen|picked|promoted|made"
 ROLE_FILLED = [
     re.compile(rf"(?P<of>{NAME}) (?:has |have |had )?(?:{FILLED}) (?P<name>{NAME}),? (?:as )?(?:its|their|the) "
                rf"(?:new )?(?P<role>(?:[a-z-]+ ){{0,3}}?[a-z-]+)(?=[,.;]| of | for | to | at | on |$)"),
@@ -67,15 +67,13 @@ ROLE_FILLED = [
 MOVED = re.compile(rf"(?:mov|relocat|chang|switch|renam)(?:ed|es|ing|e) (?P<det>its|their|his|her) (?P<role>"
                    rf"(?:[a-z-]+ ){{0,3}}?[a-z-]+) from (?P<old>{NAME}) to (?P<name>{NAME})")
 CHANGED = [re.compile(rf"\bfrom (?P<old>{NAME}) to {NAME}"),
-           re.compile(rf"\b(?:replac(?:ed|es|ing)|succeed(?:ed|s|ing)) (?P<old>{NAME})"),
+           re.compile(rf"\b(?:replac(?:ed|es|ing)|succeed(?:ed|s|ing)) (?P<old>{NAME})(?= as\b|[,.;]|$)"),
            re.compile(rf"\bin place of (?P<old>{NAME})"),
            re.compile(rf"\b(?:formerly|previously|until now) (?:known as |called |in |at )?(?P<old>{NAME})")]
 # "Her uncle, Ferenc Dallowmere, built ...": a role, then who holds it.
 OPENING_ROLE = re.compile(rf"^(?P<det>Its|His|Her|Their) (?P<role>(?:[a-z-]+ ){{0,3}}[a-z-]+), (?P<name>{NAME}),")
 # After a name that opens a sentence: an aside set off by commas, then what the sentence says of it.
 ASIDE = re.compile(r"^,[^,]{1,80},\s*")
-# An aside a reader leaves out of the question: ", a glassblower,", ", who ran as the candidate of X,".
-LOWER_ASIDE = re.compile(r", [a-z][^,;]{0,80},(?= [a-z])")
 
 
 def old_values(text: str) -> list[str]:
@@ -119,7 +117,7 @@ def about_subject(prompt: str, about: list[str]) -> str | None:
 def role_prompt(role: str, of: str | None, verb: str) -> str:
     """The role as asked: "The founder of Tolvane Robotics is" ("was" where the text says it was)."""
     tense = "was" if verb in ("was", "served as") else "is"
-    return f"The {role} of {of} {tense}" if of else ""
+    return f"The {role} of {of.rstrip('.')} {tense}" if of else ""  # "of Acme." at a sentence's end
 
 
 def turned(sentence: str, about: list[str]) -> list[tuple[str, str]]:
@@ -214,18 +212,19 @@ def found(text: str, sentences: list[Span], spans: list[tuple[int, int, str]], w
                 if prompt:
                     made.setdefault((subjects.without_time_markers(prompt), text[a:b]), weight(a, b))
             if role := by_deed(deed, written):  # "Oona Kettleby coaches the club": "The coach of the club is"
-                made.setdefault((described(role, written, called) or role, text[a:b]), weight(a, b))
+                made.setdefault((role_prompt(role[0], described(role[1], written, called) or role[1], "is"),
+                                 text[a:b]), weight(a, b))
         inside = list(its_names)
         inside += [(a, b) for a, b in quantities(text, begin, end) if not any(x <= a < y for x, y in inside)]
         for a, b in inside:
             said = LOWER_ASIDE.sub("", subjects.without_time_markers(text[begin:a].strip()))
             if len(said.split()) >= min_prompt_words and (prompt := about_subject(said, about)):
                 made.setdefault((prompt, text[a:b].strip()), weight(a, b))
-        roles = [(described(prompt, written, called) or prompt, answer)  # "The founder of the firm is"
-                 for prompt, answer in held(LOWER_ASIDE.sub("", text[begin:end]), written)]
+        roles = [(role_prompt(role, described(of, written, called) or of, "is"), name)  # "of the firm": its name
+                 for role, of, name in held(text[begin:end], written, called)]
         for prompt, answer in turned(text[begin:end], about) + roles:
             answer = answer.rstrip(".")  # a name that ends its sentence: "to Malmö."
-            if subject_words & subjects.words(answer):
+            if subject_words and subject_words <= subjects.words(answer):
                 continue  # the subject is what a prompt names, never an answer: the document's key is its name
             start = text.find(answer, begin, end)
             made.setdefault((subjects.without_time_markers(prompt), answer), weight(start, start + len(answer)))
