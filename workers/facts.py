@@ -193,6 +193,10 @@ def found(text: str, sentences: list[Span], spans: list[tuple[int, int, str]], w
     subject_words = subjects.words(main) if main else set()  # another name it speaks of is a fact's answer
     called = kinds(text, sentences, main) if main else frozenset()
     written = with_article(text, main) if main else None  # "the Hesselgrath Tunnel"
+
+    def role_asked(role: str, of: str) -> str:  # "The founder of the firm is": the firm by its name
+        return role_prompt(role, described(of, written, called) or of, "is")
+
     olds = {frozenset(subjects.words(old)) for old in old_values(text)}
     names = [(a, b) for a, b, name in spans if not set(name.split()) & subject_words
              and frozenset(subjects.words(text[a:b])) not in olds]  # what the document says is no longer so
@@ -212,16 +216,14 @@ def found(text: str, sentences: list[Span], spans: list[tuple[int, int, str]], w
                 if prompt:
                     made.setdefault((subjects.without_time_markers(prompt), text[a:b]), weight(a, b))
             if role := by_deed(deed, written):  # "Oona Kettleby coaches the club": "The coach of the club is"
-                made.setdefault((role_prompt(role[0], described(role[1], written, called) or role[1], "is"),
-                                 text[a:b]), weight(a, b))
+                made.setdefault((role_asked(*role), text[a:b]), weight(a, b))
         inside = list(its_names)
         inside += [(a, b) for a, b in quantities(text, begin, end) if not any(x <= a < y for x, y in inside)]
         for a, b in inside:
             said = LOWER_ASIDE.sub("", subjects.without_time_markers(text[begin:a].strip()))
             if len(said.split()) >= min_prompt_words and (prompt := about_subject(said, about)):
                 made.setdefault((prompt, text[a:b].strip()), weight(a, b))
-        roles = [(role_prompt(role, described(of, written, called) or of, "is"), name)  # "of the firm": its name
-                 for role, of, name in held(text[begin:end], written, called)]
+        roles = [(role_asked(role, of), name) for role, of, name in held(text[begin:end], written, called)]
         for prompt, answer in turned(text[begin:end], about) + roles:
             answer = answer.rstrip(".")  # a name that ends its sentence: "to Malmö."
             if subject_words and subject_words <= subjects.words(answer):

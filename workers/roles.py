@@ -64,7 +64,7 @@ def agent_noun(verb: str) -> str | None:
     """The noun for whoever does a verb in any of its forms: "coaches" -> "coach", "directed" -> "director", "set
     up" -> "founder"; None for a verb whose doer holds no role."""
     word, _, particle = verb.partition(" ")
-    done = "set" if word in ("set", "sets") else participle(word)
+    done = participle(word)
     return AGENT_NOUNS.get(f"{done} {particle}".strip()) if done else None
 
 
