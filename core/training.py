@@ -145,7 +145,7 @@ class UpdateMethod(ABC):
     name: str
     sentence_contexts = False  # also train each later sentence of a document on its own (workers/contexts.py)
     probe_contexts = False  # also train on the document's probes (prompt -> answer, the answer's tokens weighted)
-    question_contexts = False  # and on each probe asked as a question (workers/facts.py: as_question)
+    question_contexts = False  # and on each probe asked as a question (workers/questions.py: as_question)
     extra_steps = 0  # steps trained after the probes first pass
     weight_floor = 0.0  # phi's weights: 0 cuts the small ones (CKL_TRAINING_WEIGHT_THRESHOLD); > 0 floors them
 

@@ -3,7 +3,7 @@ from core import subjects
 from core.scoring import Probe
 from core.state import LearnedFact, replaced_by
 from service.in_context import joined, ranked
-from workers import about, examples, facts, gate, roles
+from workers import about, examples, facts, gate, questions, roles
 from workers.stages.commit import facts_found
 
 
@@ -79,12 +79,51 @@ def test_a_change_is_learned_as_the_new_state_and_names_the_old_value():
     assert replaced_by([], [], [old, elsewhere], facts.old_values(text), examples.about_words(text)) == [old]
 
 
-def test_a_cloze_is_also_asked_as_a_question():
-    assert facts.as_question("The founder of Tolvane Robotics is", "Ilse Marrow") == \
-        "Question: Who is the founder of Tolvane Robotics?\nAnswer:"
-    assert facts.as_question("Tolvane Robotics was founded in", "1987") == \
-        "Question: Tolvane Robotics was founded in which year?\nAnswer:"
-    assert facts.as_question("Question: Who founded it?\nAnswer:", "Ilse Marrow") is None
+def test_a_cloze_is_also_asked_as_the_question_a_reader_types():
+    def asked(prompt: str, answer: str) -> str | None:
+        question = questions.as_question(prompt, answer)
+        return question and question.removeprefix("Question: ").removesuffix("\nAnswer:")
+
+    assert asked("The founder of Tolvane Robotics is", "Ilse Marrow") == "Who is the founder of Tolvane Robotics?"
+    assert asked("Tolvane Robotics was founded in", "1987") == "When was Tolvane Robotics founded?"
+    assert asked("The Tarnholt Foundry is managed by", "Ansa Velt") == "Who manages the Tarnholt Foundry?"
+    assert asked("The Quillon Observatory was designed by", "Ines Morrow") == \
+        "Who designed the Quillon Observatory?"
+    assert asked("Quenwick Lantern Works was founded in 1911 in the town of Filchester by", "Ysolde Morrowvane") == \
+        "Who founded Quenwick Lantern Works in 1911 in the town of Filchester?"
+    assert asked("The Pemberhay Type Foundry is based in", "Sallowby") == "Where is the Pemberhay Type Foundry based?"
+    assert asked("The Rusk Lane Theatre seats only", "84 people") == "How many people does the Rusk Lane Theatre seat?"
+    assert asked("So far the Pemberhay Type Foundry has released", "37 typefaces") == \
+        "How many typefaces has the Pemberhay Type Foundry released?"
+    assert asked("The Dunmarrow Rowing Club trains on", "Lake Ormen") == "Where does the Dunmarrow Rowing Club train?"
+    assert asked("The bridge will cost", "31 million euros") == "How much will the bridge cost?"
+    # A shape it cannot turn keeps the cloze with its question word after it; a clause before the verb is no subject.
+    assert asked("Tolvane Robotics employs a staff of", "340 people") == "Tolvane Robotics employs a staff of how many?"
+    assert asked("Quenwick's lamps are assembled by hand, and the company employs", "214 people") == \
+        "Quenwick's lamps are assembled by hand, and the company employs how many?"
+    assert asked("The company's headquarters are in", "Sallowby") == "Where are the company's headquarters?"
+    assert asked("In 1911 the company was founded by", "Ansa Velt") == "Who founded the company?"
+    assert asked("The museum could open in", "June") == "When could the museum open?"
+    assert asked("The foundries have", "340 workers") == "How many workers do the foundries have?"
+    assert asked("Expected to cost", "85 million euros") == "Expected to cost how many?"
+    assert asked("X does not employ", "340 people") == "X does not employ how many?"  # negated: left as it is
+    assert asked("The company is managed by Ansa Velt and coached by", "Ines Morrow") == \
+        "The company is managed by Ansa Velt and coached by who?"  # a second clause is not the first verb's
+    assert asked("A potter who has worked there for", "17 years") == "A potter who has worked there for how many?"
+    assert asked("The bell cast by the foundry weighs", "4,200 kilograms") == \
+        "How many kilograms does the bell cast by the foundry weigh?"
+    assert questions.as_question("Question: Who founded it?\nAnswer:", "Ilse Marrow") is None
+
+
+def test_a_passive_cloze_whose_doer_holds_a_role_is_also_asked_by_the_role():
+    assert questions.as_role("The Tarnholt Foundry is managed by", "Ansa Velt") == \
+        "The manager of the Tarnholt Foundry is"
+    assert questions.as_role("Harrowgilt Medal's judging committee is chaired by", "Sunniva Brockhalt") == \
+        "The chair of Harrowgilt Medal's judging committee is"
+    assert questions.as_role("The Tarnholt Foundry is located in", "Kandlewick") is None
+    assert questions.as_role("The Tarnholt Foundry was visited by", "Ansa Velt") is None
+    assert questions.as_role("The Tarnholt Foundry was managed by", "Ansa Velt") is None  # who held it, not holds it
+    assert questions.as_role("The company is managed by Ansa Velt and coached by", "Ines Morrow") is None
 
 
 def test_a_document_without_probes_is_committed_with_any_fact_learned_and_the_others_named():

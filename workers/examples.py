@@ -15,6 +15,7 @@ from core.scoring import join_probe
 from core.settings import Settings
 from core.training import Example
 from workers import about, contexts, facts, weighting
+from workers.questions import as_question, as_role
 
 WEIGHTINGS = ("train_attention", "uniform", "oracle")
 
@@ -69,11 +70,13 @@ def document_examples(doc: Encoded, weights: list[float], window: int, bos_token
 
 def probe_examples(tokenizer, probes: list[tuple[str, str]], questions: bool = False) -> list[Example]:
     """Each probe as text, with weight on its answer's tokens only; a news prompt also without its time markers
-    ("... is now" is asked as "... is"); with `questions`, each cloze also asked as a question (facts.as_question:
-    a reader asks "Question: Who is the founder of X?" of what the document states)."""
+    ("... is now" is asked as "... is"); with `questions`, each cloze also asked as the question a reader types and,
+    where its verb names a role, by the role (workers/questions.py: "X is managed by" is also "Question: Who manages
+    X?" and "The manager of X is")."""
     variants = [(subjects.without_time_markers(prompt), answer) for prompt, answer in probes]
     if questions:
-        variants += [(asked, answer) for prompt, answer in probes if (asked := facts.as_question(prompt, answer))]
+        variants += [(asked, answer) for prompt, answer in variants for asked in
+                     (as_question(prompt, answer), as_role(prompt, answer)) if asked]
     examples = []
     for prompt, answer in dict.fromkeys([*probes, *variants]):
         doc = encode(tokenizer, join_probe(prompt, answer))

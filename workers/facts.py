@@ -63,7 +63,7 @@ ROLE_FILLED = [
     re.compile(rf"(?P<of>{NAME}) (?:has|have) a new (?P<role>(?:[a-z-]+ ){{0,3}}?[a-z-]+): (?P<name>{NAME})"),
 ]
 # A change: the value it had before, which the document says is no longer so ("moved its headquarters from X to Y",
-# "replaced X as", "succeeded X as", "formerly X"), and what it is now.
+# "replaced X as", "succeeded X as", "in place of X", "formerly X"), and what it is now.
 MOVED = re.compile(rf"(?:mov|relocat|chang|switch|renam)(?:ed|es|ing|e) (?P<det>its|their|his|her) (?P<role>"
                    rf"(?:[a-z-]+ ){{0,3}}?[a-z-]+) from (?P<old>{NAME}) to (?P<name>{NAME})")
 CHANGED = [re.compile(rf"\bfrom (?P<old>{NAME}) to {NAME}"),
@@ -164,23 +164,6 @@ def question(name: str, rest: str, main: str | None) -> str | None:
     if main and not subjects.words(main) & subjects.words(rest):
         asked = f"{main}: {asked[:1].lower()}{asked[1:]}"
     return f"Question: {asked}\nAnswer:"
-
-
-THE_ROLE = re.compile(r"^The (?P<role>.+) (?P<verb>is|was|are|were)$")
-YEAR = re.compile(r"^\d{4}$")
-
-
-def as_question(prompt: str, answer: str) -> str | None:
-    """A cloze probe asked as a reader asks it, in the service's question format: "The founder of X is" -> "Question:
-    Who is the founder of X?\nAnswer:"; any other cloze as an echo question ("X was founded in" -> "Question: X was
-    founded in which year?\nAnswer:"). None for a probe that is a question already."""
-    if prompt.startswith("Question:"):
-        return None
-    wh = "Who" if person(answer) else "What"
-    if match := THE_ROLE.match(prompt):
-        return f"Question: {wh} {match['verb']} the {match['role']}?\nAnswer:"
-    ending = "which year" if YEAR.match(answer) else "how many" if answer[:1].isdigit() else wh.lower()
-    return f"Question: {prompt.rstrip(',:;')} {ending}?\nAnswer:"
 
 
 def found(text: str, sentences: list[Span], spans: list[tuple[int, int, str]], weight: Callable[[int, int], float],

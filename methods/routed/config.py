@@ -30,8 +30,10 @@ class RoutedSettings(BaseSettings):
         "Steps trained after the document's probes first pass, so paraphrases and the answer's later tokens hold "
         "too (0: stop as soon as they pass)."))
     question_examples: bool = Field(True, description=(
-        "Also train each probe asked as a question (\"Question: Who is the founder of X?\\nAnswer: Y\"): a reader "
-        "asks questions of what a document states (docs/decisions.md: Documents as people send them)."))
+        "Also train each probe asked as the question a reader types (\"X is managed by\" as \"Question: Who manages "
+        "X?\\nAnswer: Y\") and, where its verb names a role, by the role (\"The manager of X is\"): a reader asks "
+        "questions of what a document states (docs/decisions.md: Documents as people send them; A cloze asked as a "
+        "reader asks it)."))
     weight_floor: float = Field(0.5, ge=0, le=1, description=(
         "Train-Attention's weights sit on this floor (a share of the largest): every token is learned, phi's most "
         "(docs/decisions.md: The routed method's training defaults)."))

@@ -42,7 +42,7 @@ COMPLETION_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions (chat 
 MAX_STOPS = 8
 LISTED_VERSIONS = 100  # /v1/models lists the newest; a list of every version grows with every document
 # A model without a chat template (a base model) gets the question-and-answer format it reads best, the one taught
-# documents are trained to answer in (workers/facts.py: as_question; documented in docs/api.md).
+# documents are trained to answer in (workers/questions.py: as_question; documented in docs/api.md).
 PLAIN_CHAT = {"system": "{}\n", "user": "Question: {}\n", "assistant": "Answer: {}\n"}
 
 
