@@ -1,20 +1,25 @@
-"""`ckl bench abuse`: do well-behaved clients keep their speed while others misbehave? A live `ckl serve` (keys
-on, the default model, embedded worker) is taught two documents (versions 1 and 2), then answers 16 streaming
-clients alone, then again while, at the same time, 50 clients open streams and vanish and 20 send oversized or
-smuggled bodies before any key is checked, then alone again. Then one phase per costly request one key repeats
-(`attack`: version 1 by name, previews of a long text, long prompts of distinct words, documents of a long run of
-blanks, one document erased again and again, another tenant's key of the same name reaching for a document), each
-text as long as the limits allow. Last, twice, the first misbehaviour while one teach key floods documents. Each
-misbehaving kind has a key of its own. Printed: the good clients' tokens/s in each phase and its share of the first,
-/health's p99 meanwhile, the slots still held once the load is gone (`ckl_generations_admitted`), the documents
-committed during the phase (the learner's progress under the load), and the server's RSS."""
+"""`ckl bench abuse`: do well-behaved clients keep their speed while others misbehave? A live `ckl serve` (keys on, the
+default model, embedded worker) is taught two documents (versions 1 and 2), then answers 16 streaming clients alone,
+then again while, at the same time, 50 clients open streams and vanish and 20 send oversized or smuggled bodies
+before any key is checked, then alone again. Then one phase per costly request one key repeats (`attack`: version 1
+by name, previews of a long text, long prompts of distinct words, documents of a long run of blanks, one document
+erased again and again, another tenant's key of the same name reaching for a document, long prompts of distinct
+words through a `ckl router` in front of the server), each text as long as the limits allow. Last, twice, the first
+misbehaviour while one teach key floods documents. Each misbehaving kind has a key of its own. Printed: the good
+clients' tokens/s in each phase and its share of the first, /health's p99 meanwhile, the slots still held once the
+load is gone (`ckl_generations_admitted`), the documents committed during the phase (the learner's progress under
+the load), and the server's RSS."""
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
 import random
 import socket
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Awaitable
 from pathlib import Path
@@ -25,13 +30,14 @@ import psutil
 
 from bench.long_document import document
 from bench.serve import PROMPTS, load, summary
-from bench.server import running_server
+from bench.server import free_port, running_server
 from core.keys import KeyConfig, hash_key
 from research.provenance import RESULTS_ROOT, git_commit
 from serving.batching import BUSY_GAP_S
 
 GOOD, VANISH, FLOOD = "good-client-key", "vanishing-client-key", "flood-client-key"  # one key each
 RIVAL = "rival-tenant-key"  # another tenant's key with the flood key's name
+ENGINE = "router-engine-key"  # the key `ckl router` sends the server, as it would send vLLM its own
 # The key each attack sends with, where not the vanishing clients' (a generate key).
 ATTACKERS_KEYS = {"previews": FLOOD, "blank_documents": FLOOD, "repeated_delete": FLOOD, "other_tenant": RIVAL}
 BODY_CAP = 1_048_576  # CKL_LIMITS_MAX_BODY_BYTES's default
@@ -153,15 +159,19 @@ async def attack(url: str, kind: str, until: asyncio.Event) -> dict[str, int]:
     """One key doing one costly thing over and over, as fast as answers come back, until `until`: asking an older
     version by name (`old_version`), previewing a long document (`previews`), long prompts of distinct words
     (`long_prompts`), documents of a long run of blanks (`blank_documents`), erasing one of its documents again and
-    again (`repeated_delete`), reaching for another tenant's document (`other_tenant`). Each text is as long as the
-    limits allow. The answers by status."""
+    again (`repeated_delete`), reaching for another tenant's document (`other_tenant`), long prompts of distinct
+    words sent through `ckl router` (`router`: routing's worst case, then the server's prefill under the router's
+    own key). Each text is as long as the limits allow. The answers by status."""
     counts: dict[str, int] = {}
     key = ATTACKERS_KEYS.get(kind, VANISH)
     theirs = await flood_keys_document(url) if kind == "other_tenant" else None
     async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
         erased = await erasable(client, url) if kind == "repeated_delete" else None
         long_text = (await fitting(client, url, "/documents/preview", "text", ARTICLE) if kind == "previews" else
-                     await fitting(client, url, "/generate", "prompt", DISTINCT) if kind == "long_prompts" else "")
+                     await fitting(client, url, "/generate", "prompt", DISTINCT) if kind in ("long_prompts", "router")
+                     else "")
+        if kind == "router":  # the attacker's requests go to the router; the good clients still ask the server
+            url = ROUTER_URL[0]
         while not until.is_set():
             if kind == "old_version":
                 answer = await client.post(f"{url}/v1/completions", json={"model": "ckl-v1", "prompt": PROMPTS[0],
@@ -174,6 +184,9 @@ async def attack(url: str, kind: str, until: asyncio.Event) -> dict[str, int]:
                 answer = await client.post(f"{url}/documents", json={"text": SPACES})
             elif kind == "other_tenant":
                 answer = await other_tenants_document(client, url, theirs, counts)
+            elif kind == "router":
+                answer = await client.post(f"{url}/v1/completions", json={"model": "ckl", "prompt": long_text,
+                                                                          "max_tokens": 1})
             else:
                 answer = await client.delete(f"{url}/documents/{erased}")
             counts[str(answer.status_code)] = counts.get(str(answer.status_code), 0) + 1
@@ -237,7 +250,8 @@ async def gauge(url: str, client: httpx.AsyncClient, series: str) -> float:
 
 
 SLOTS, COMMITTED = "ckl_generations_admitted", 'ckl_documents{status="committed"}'
-ATTACKS = ("old_version", "previews", "long_prompts", "blank_documents", "repeated_delete", "other_tenant")
+ATTACKS = ("old_version", "previews", "long_prompts", "blank_documents", "repeated_delete", "other_tenant", "router")
+ROUTER_URL: list[str] = []  # the `ckl router` of the `router` phase, once started
 
 
 async def together(good: Awaitable, extra: list[Awaitable], done: asyncio.Event) -> list:
@@ -274,6 +288,35 @@ async def phase(url: str, clients: int, requests: int, max_new_tokens: int, vani
             "misbehaviour": rest}
 
 
+def exported_router(url: str, data: Path, out: Path, env: dict[str, str]) -> subprocess.Popen:
+    """`ckl export` of version 2 (`prepare`'s second document), then `ckl router` on its routes.json in front of the
+    server, with the server's keys and its own key for the server (as vLLM's `--api-key`): the process and its URL
+    in ROUTER_URL once it listens."""
+    from core.settings import Settings
+
+    env = {**os.environ, **env, "CKL_DATA_DIR": str(data), "CKL_MODEL_CACHE_DIR": str(Settings().models_dir)}
+    subprocess.run([sys.executable, "-m", "ckl", "export", "--version", "2", str(out)], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    port = free_port()
+    router = subprocess.Popen([sys.executable, "-m", "ckl", "router", "--routes", str(out / "routes.json"),
+                               "--engine", url, "--base-model", "ckl", "--port", str(port)],
+                              env={**env, "CKL_ROUTER_ENGINE_KEY": ENGINE}, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
+            break
+        except httpx.TransportError:
+            if router.poll() is not None or time.monotonic() > deadline:
+                router.kill()
+                router.wait(30)
+                raise RuntimeError("the router did not start") from None
+            time.sleep(0.5)
+    ROUTER_URL[:] = [f"http://127.0.0.1:{port}"]
+    return router
+
+
 def main(argv: list[str]) -> None:
     from core.settings import Settings
 
@@ -290,20 +333,26 @@ def main(argv: list[str]) -> None:
     keys = [KeyConfig(name="good", sha256=hash_key(GOOD), scopes=["generate", "metrics"]),
             KeyConfig(name="vanishing", sha256=hash_key(VANISH), scopes=["generate"]),
             KeyConfig(name="flood", sha256=hash_key(FLOOD), scopes=["teach", "generate"]),
-            KeyConfig(name="flood", sha256=hash_key(RIVAL), scopes=["teach", "generate"], namespace="rival")]
+            KeyConfig(name="flood", sha256=hash_key(RIVAL), scopes=["teach", "generate"], namespace="rival"),
+            KeyConfig(name="router", sha256=hash_key(ENGINE), scopes=["generate"])]
     env = {"CKL_API_KEYS": json.dumps([k.model_dump(exclude_none=True) for k in keys]),
            "CKL_LIMITS_MAX_CONCURRENT_GENERATIONS": str(args.clients)}
 
-    async def measure(url: str, pid: int) -> dict[str, Any]:
+    attacks = [name for name in args.attacks.split(",") if name]
+    data: list[Path] = []  # the server's data folder, for `ckl export`
+
+    async def measure(url: str, pid: int, exports: Path) -> dict[str, Any]:
         await load(url, 1, list(PROMPTS), 1, 4, headers={"Authorization": f"Bearer {GOOD}"})  # warm-up
         await prepare(url)
+        if "router" in attacks:
+            routers.append(exported_router(url, data[0], exports, env))
         results = {}
         # Alone twice, before and after the abuse: how much two runs of the same load differ here.
         phases = (("alone", 0, 0, False), ("abused", args.vanishing, args.bad_bodies, False),
                   ("alone again", 0, 0, False),
                   # One key's costly requests, one kind per phase, on versions 1 and 2 (`prepare`): before the
                   # flood, whose hundred documents the embedded learner would be training beside each of them.
-                  *((attack_name, 0, 0, False) for attack_name in args.attacks.split(",") if attack_name),
+                  *((attack_name, 0, 0, False) for attack_name in attacks),
                   ("abused and flooded", args.vanishing, args.bad_bodies, True),
                   # Again, the embedded learner's first job begun by now.
                   ("abused and flooded again", args.vanishing, args.bad_bodies, True))
@@ -315,8 +364,15 @@ def main(argv: list[str]) -> None:
             results[name].update(rss_before_mb=before, rss_after_mb=rss_mb(pid))
         return results
 
-    with running_server(Settings().models_dir, env=env) as url:
-        results = asyncio.run(measure(url, server_pid(url)))
+    routers: list[subprocess.Popen] = []
+    with tempfile.TemporaryDirectory() as exports, running_server(Settings().models_dir, env=env,
+                                                                   prepare=data.append) as url:
+        try:
+            results = asyncio.run(measure(url, server_pid(url), Path(exports)))
+        finally:
+            for router in routers:
+                router.kill()
+                router.wait(30)
     alone = results["alone"]["tokens_per_s"]
     print(f"{'phase':<24} {'tok/s':>7} {'share':>6} {'failed':>6} {'1st p50':>8} {'health p99':>10} "
           f"{'slots after':>11} {'committed':>9} {'RSS MB':>12}")

@@ -36,8 +36,8 @@ KEYS = [{"name": "acme", "sha256": hash_key("key-acme"), "scopes": ["generate"],
 
 
 def stand_in_engine() -> FastAPI:
-    """Answers a completion with the model it was asked for; waits 5 s first for a prompt that says "slow" (the
-    router's timeout in the test is 2 s)."""
+    """Answers a completion with the model it was asked for and the key it was sent; waits 5 s first for a prompt
+    that says "slow" (the router's timeout in the test is 2 s)."""
     app = FastAPI()
 
     @app.post("/v1/completions")
@@ -45,7 +45,7 @@ def stand_in_engine() -> FastAPI:
         body = await request.json()
         if "slow" in body.get("prompt", ""):
             await asyncio.sleep(5)
-        return {"model": body["model"], "choices": [{"text": " ok"}]}
+        return {"model": body["model"], "key": request.headers.get("authorization"), "choices": [{"text": " ok"}]}
 
     return app
 
@@ -88,9 +88,11 @@ def test_the_router_refuses_to_listen_beyond_loopback_open_to_everyone(tmp_path,
 
 
 def test_the_router_asks_for_a_key_caps_the_body_keeps_tenants_apart_and_times_the_engine_out(tmp_path, engine):
+    """And it sends the engine the engine's own key, never the caller's."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    process = router(tmp_path, engine, {"CKL_API_KEYS": json.dumps(KEYS), "CKL_LIMITS_MAX_BODY_BYTES": "2000"},
+    process = router(tmp_path, engine, {"CKL_API_KEYS": json.dumps(KEYS), "CKL_LIMITS_MAX_BODY_BYTES": "2000",
+                                        "CKL_ROUTER_ENGINE_KEY": "engine-secret"},
                      "--port", str(port), "--timeout", "2")
     try:
         ready(url, process)
@@ -109,6 +111,7 @@ def test_the_router_asks_for_a_key_caps_the_body_keeps_tenants_apart_and_times_t
         assert models == {"the capital of veltoria is": "subject-0", "the capital of brannoch is": "subject-2",
                           "the capital of zembria is": "base"}
         assert ask("the capital of zembria is", key="key-root").json()["model"] == "subject-1"  # an admin: all
+        assert ask("the capital of veltoria is").json()["key"] == "Bearer engine-secret"  # the engine's own key
         too_large = ask("veltoria " * 400)
         assert too_large.status_code == 413 and too_large.json()["error"]["code"] == "too_large"
         started = time.monotonic()
