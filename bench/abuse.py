@@ -14,11 +14,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable
@@ -28,18 +26,13 @@ from typing import Any
 import httpx
 import psutil
 
-from bench.long_document import document
+from bench.attacks import ATTACKS, ENGINE, FLOOD, GOOD, RIVAL, ROUTER_URL, TAUGHT, VANISH, attack
 from bench.serve import PROMPTS, load, summary
-from bench.server import free_port, running_server
+from bench.server import exported_router, running_server
 from core.keys import KeyConfig, hash_key
 from research.provenance import RESULTS_ROOT, git_commit
 from serving.batching import BUSY_GAP_S
 
-GOOD, VANISH, FLOOD = "good-client-key", "vanishing-client-key", "flood-client-key"  # one key each
-RIVAL = "rival-tenant-key"  # another tenant's key with the flood key's name
-ENGINE = "router-engine-key"  # the key `ckl router` sends the server, as it would send vLLM its own
-# The key each attack sends with, where not the vanishing clients' (a generate key).
-ATTACKERS_KEYS = {"previews": FLOOD, "blank_documents": FLOOD, "repeated_delete": FLOOD, "other_tenant": RIVAL}
 BODY_CAP = 1_048_576  # CKL_LIMITS_MAX_BODY_BYTES's default
 
 
@@ -114,10 +107,6 @@ async def flood(url: str, until: asyncio.Event) -> dict[str, int]:
     return counts
 
 
-TAUGHT = [("The Zorvath Institute was founded by Quellan Mirodt.", "The Zorvath Institute was founded by", "Quellan Mirodt"),
-          ("The Brastova Tramway is run by Ilvane Cosk.", "The Brastova Tramway is run by", "Ilvane Cosk")]
-
-
 async def prepare(url: str) -> None:
     """Two documents taught and committed before any phase: versions 1 and 2, so that an older version can be asked
     for by name and a committed document removed."""
@@ -131,102 +120,6 @@ async def prepare(url: str) -> None:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{text!r} was not learned within 900 s")
                 await asyncio.sleep(1)
-
-
-async def fitting(client: httpx.AsyncClient, url: str, path: str, field: str, words: list[str]) -> str:
-    """The longest head of `words` (halved until it fits) that `path` does not refuse as too long: an attack
-    within the limits, which reaches the work it is about."""
-    while len(words) > 1:
-        text = " ".join(words)
-        answer = await client.post(f"{url}{path}", json={field: text, **({"max_new_tokens": 1} if field == "prompt"
-                                                                          else {})})
-        if answer.status_code == 429:  # the key's rate (the flood before): asked again once it has passed
-            await asyncio.sleep(float(answer.headers.get("retry-after", 1)))
-            continue
-        if answer.is_success:
-            return text
-        words = words[:len(words) // 2]
-    return words[0]
-
-
-DISTINCT = [f"word{i}" for i in range(2000)]  # distinct words: routing's worst case
-ARTICLE = document(19_000, seed=0).split()  # sentences about invented people: a preview makes probes of them
-# A long run of blanks inside a document within CKL_LIMITS_MAX_DOCUMENT_CHARS: what froze the time-marker pattern.
-SPACES = "The Zorvath Institute is " + " " * 19_000 + "now open."
-
-
-async def attack(url: str, kind: str, until: asyncio.Event) -> dict[str, int]:
-    """One key doing one costly thing over and over, as fast as answers come back, until `until`: asking an older
-    version by name (`old_version`), previewing a long document (`previews`), long prompts of distinct words
-    (`long_prompts`), documents of a long run of blanks (`blank_documents`), erasing one of its documents again and
-    again (`repeated_delete`), reaching for another tenant's document (`other_tenant`), long prompts of distinct
-    words sent through `ckl router` (`router`: routing's worst case, then the server's prefill under the router's
-    own key). Each text is as long as the limits allow. The answers by status."""
-    counts: dict[str, int] = {}
-    key = ATTACKERS_KEYS.get(kind, VANISH)
-    theirs = await flood_keys_document(url) if kind == "other_tenant" else None
-    async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
-        erased = await erasable(client, url) if kind == "repeated_delete" else None
-        long_text = (await fitting(client, url, "/documents/preview", "text", ARTICLE) if kind == "previews" else
-                     await fitting(client, url, "/generate", "prompt", DISTINCT) if kind in ("long_prompts", "router")
-                     else "")
-        if kind == "router":  # the attacker's requests go to the router; the good clients still ask the server
-            url = ROUTER_URL[0]
-        while not until.is_set():
-            if kind == "old_version":
-                answer = await client.post(f"{url}/v1/completions", json={"model": "ckl-v1", "prompt": PROMPTS[0],
-                                                                          "max_tokens": 1})
-            elif kind == "previews":
-                answer = await client.post(f"{url}/documents/preview", json={"text": long_text})
-            elif kind == "long_prompts":
-                answer = await client.post(f"{url}/generate", json={"prompt": long_text, "max_new_tokens": 1})
-            elif kind == "blank_documents":
-                answer = await client.post(f"{url}/documents", json={"text": SPACES})
-            elif kind == "other_tenant":
-                answer = await other_tenants_document(client, url, theirs, counts)
-            elif kind == "router":
-                answer = await client.post(f"{url}/v1/completions", json={"model": "ckl", "prompt": long_text,
-                                                                          "max_tokens": 1})
-            else:
-                answer = await client.delete(f"{url}/documents/{erased}")
-            counts[str(answer.status_code)] = counts.get(str(answer.status_code), 0) + 1
-            if answer.status_code == 429:
-                await asyncio.sleep(0.2)
-    counts["words"] = len(long_text.split())
-    return counts
-
-
-async def other_tenants_document(client: httpx.AsyncClient, url: str, theirs: str | None,
-                                 counts: dict[str, int]) -> httpx.Response:
-    """One round of a tenant's key reaching for another tenant's document (its key of the same name): list, read,
-    name as knowledge, erase. Each answer that shows or touches the document is counted as `leaked`."""
-    listed = await client.get(f"{url}/documents")
-    read = await client.get(f"{url}/documents/{theirs}")
-    named = await client.post(f"{url}/generate", json={"prompt": TAUGHT[0][1], "max_new_tokens": 1,
-                                                        "knowledge": [theirs]})
-    erased = await client.delete(f"{url}/documents/{theirs}")
-    leaked = (listed.status_code == 200 and listed.json()["total"] > 0) or any(
-        answer.status_code < 400 for answer in (read, named, erased))
-    counts["leaked"] = counts.get("leaked", 0) + leaked
-    return erased
-
-
-async def flood_keys_document(url: str) -> str | None:
-    """One of the flood key's committed documents (`prepare` teaches two), for another tenant to reach for."""
-    async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {FLOOD}"}) as owner:
-        return await erasable(owner, url, (("committed",),))
-
-
-async def erasable(client: httpx.AsyncClient, url: str,
-                   kinds: tuple[tuple[str, ...], ...] = (("rejected", "failed"), ("committed",))) -> str | None:
-    """One of the key's documents of the first of `kinds` it has any of: by default one that no version holds
-    (rejected or failed: erased at once, again and again), else one committed (its removal is queued once, then
-    refused)."""
-    items = (await client.get(f"{url}/documents", params={"limit": 500})).json()["items"]
-    for statuses in kinds:
-        if found := next((d["document_id"] for d in items if d["status"] in statuses), None):
-            return found
-    return None
 
 
 async def health_latency(url: str, until: asyncio.Event) -> dict[str, Any]:
@@ -250,10 +143,6 @@ async def gauge(url: str, client: httpx.AsyncClient, series: str) -> float:
 
 
 SLOTS, COMMITTED = "ckl_generations_admitted", 'ckl_documents{status="committed"}'
-ATTACKS = ("old_version", "previews", "long_prompts", "blank_documents", "repeated_delete", "other_tenant", "router")
-ROUTER_URL: list[str] = []  # the `ckl router` of the `router` phase, once started
-
-
 async def together(good: Awaitable, extra: list[Awaitable], done: asyncio.Event) -> list:
     """The good load and the misbehaviour at once; the flood stops when the good load ends."""
     async def good_then_stop() -> Any:
@@ -288,33 +177,28 @@ async def phase(url: str, clients: int, requests: int, max_new_tokens: int, vani
             "misbehaviour": rest}
 
 
-def exported_router(url: str, data: Path, out: Path, env: dict[str, str]) -> subprocess.Popen:
-    """`ckl export` of version 2 (`prepare`'s second document), then `ckl router` on its routes.json in front of the
-    server, with the server's keys and its own key for the server (as vLLM's `--api-key`): the process and its URL
-    in ROUTER_URL once it listens."""
-    from core.settings import Settings
+def print_table(results: dict[str, Any]) -> None:
+    """Each phase's row: the good clients' speed and its share of the first phase's, and what the attacker got."""
+    alone = results["alone"]["tokens_per_s"]
+    print(f"{'phase':<24} {'tok/s':>7} {'share':>6} {'failed':>6} {'1st p50':>8} {'health p99':>10} "
+          f"{'slots after':>11} {'committed':>9} {'RSS MB':>12}")
+    for name, r in results.items():
+        print(f"{name:<24} {r['tokens_per_s']:>7} {r['tokens_per_s'] / alone:>6.2f} {r['failed']:>6} "
+              f"{r['first_token_s']['p50'] or 0:>8.2f} {r['health_p99_ms']:>8.1f}ms {r['slots_held_after']:>11.0f} "
+              f"{r['committed_during']:>9.0f} {r['rss_before_mb']:>5}->{r['rss_after_mb']:<5}")
+        for part in r["misbehaviour"]:
+            print(f"{'':<20} {part}")
 
-    env = {**os.environ, **env, "CKL_DATA_DIR": str(data), "CKL_MODEL_CACHE_DIR": str(Settings().models_dir)}
-    subprocess.run([sys.executable, "-m", "ckl", "export", "--version", "2", str(out)], env=env, check=True,
-                   stdout=subprocess.DEVNULL)
-    port = free_port()
-    router = subprocess.Popen([sys.executable, "-m", "ckl", "router", "--routes", str(out / "routes.json"),
-                               "--engine", url, "--base-model", "ckl", "--port", str(port)],
-                              env={**env, "CKL_ROUTER_ENGINE_KEY": ENGINE}, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
-            break
-        except httpx.TransportError:
-            if router.poll() is not None or time.monotonic() > deadline:
-                router.kill()
-                router.wait(30)
-                raise RuntimeError("the router did not start") from None
-            time.sleep(0.5)
-    ROUTER_URL[:] = [f"http://127.0.0.1:{port}"]
-    return router
+
+def server_env(clients: int) -> dict[str, str]:
+    """The server's settings: a key for each kind of client, as many generation places as good clients."""
+    keys = [KeyConfig(name="good", sha256=hash_key(GOOD), scopes=["generate", "metrics"]),
+            KeyConfig(name="vanishing", sha256=hash_key(VANISH), scopes=["generate"]),
+            KeyConfig(name="flood", sha256=hash_key(FLOOD), scopes=["teach", "generate"]),
+            KeyConfig(name="flood", sha256=hash_key(RIVAL), scopes=["teach", "generate"], namespace="rival"),
+            KeyConfig(name="router", sha256=hash_key(ENGINE), scopes=["generate"])]
+    return {"CKL_API_KEYS": json.dumps([k.model_dump(exclude_none=True) for k in keys]),
+            "CKL_LIMITS_MAX_CONCURRENT_GENERATIONS": str(clients)}
 
 
 def main(argv: list[str]) -> None:
@@ -330,14 +214,7 @@ def main(argv: list[str]) -> None:
                         help=f"the one-key attack phases, comma-separated (default: all of {', '.join(ATTACKS)})")
     parser.add_argument("--out", type=Path, default=RESULTS_ROOT / "abuse")
     args = parser.parse_args(argv)
-    keys = [KeyConfig(name="good", sha256=hash_key(GOOD), scopes=["generate", "metrics"]),
-            KeyConfig(name="vanishing", sha256=hash_key(VANISH), scopes=["generate"]),
-            KeyConfig(name="flood", sha256=hash_key(FLOOD), scopes=["teach", "generate"]),
-            KeyConfig(name="flood", sha256=hash_key(RIVAL), scopes=["teach", "generate"], namespace="rival"),
-            KeyConfig(name="router", sha256=hash_key(ENGINE), scopes=["generate"])]
-    env = {"CKL_API_KEYS": json.dumps([k.model_dump(exclude_none=True) for k in keys]),
-           "CKL_LIMITS_MAX_CONCURRENT_GENERATIONS": str(args.clients)}
-
+    env = server_env(args.clients)
     attacks = [name for name in args.attacks.split(",") if name]
     data: list[Path] = []  # the server's data folder, for `ckl export`
 
@@ -345,7 +222,10 @@ def main(argv: list[str]) -> None:
         await load(url, 1, list(PROMPTS), 1, 4, headers={"Authorization": f"Bearer {GOOD}"})  # warm-up
         await prepare(url)
         if "router" in attacks:
-            routers.append(exported_router(url, data[0], exports, env))
+            router, router_url = exported_router(url, data[0], 2, Settings().models_dir, exports,
+                                                 {**env, "CKL_ROUTER_ENGINE_KEY": ENGINE})  # `prepare`'s version 2
+            routers.append(router)
+            ROUTER_URL[:] = [router_url]
         results = {}
         # Alone twice, before and after the abuse: how much two runs of the same load differ here.
         phases = (("alone", 0, 0, False), ("abused", args.vanishing, args.bad_bodies, False),
@@ -373,15 +253,7 @@ def main(argv: list[str]) -> None:
             for router in routers:
                 router.kill()
                 router.wait(30)
-    alone = results["alone"]["tokens_per_s"]
-    print(f"{'phase':<24} {'tok/s':>7} {'share':>6} {'failed':>6} {'1st p50':>8} {'health p99':>10} "
-          f"{'slots after':>11} {'committed':>9} {'RSS MB':>12}")
-    for name, r in results.items():
-        print(f"{name:<24} {r['tokens_per_s']:>7} {r['tokens_per_s'] / alone:>6.2f} {r['failed']:>6} "
-              f"{r['first_token_s']['p50'] or 0:>8.2f} {r['health_p99_ms']:>8.1f}ms {r['slots_held_after']:>11.0f} "
-              f"{r['committed_during']:>9.0f} {r['rss_before_mb']:>5}->{r['rss_after_mb']:<5}")
-        for part in r["misbehaviour"]:
-            print(f"{'':<20} {part}")
+    print_table(results)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps({"command": "ckl bench abuse " + " ".join(argv),
                                                        "git_commit": git_commit(), "results": results}, indent=2))

@@ -61,6 +61,31 @@ def running_server(models_dir: Path, timeout_s: float = 600, env: dict[str, str]
                 server.wait(30)
 
 
+def exported_router(url: str, data: Path, version: int, models_dir: Path, out: Path,
+                    env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    """`ckl export` of `version` of the server at `url` (its data folder `data`) into `out`, then `ckl router` on its
+    routes.json in front of that server, with `env` (the server's keys; CKL_ROUTER_ENGINE_KEY, the key the router
+    sends the server as it would send vLLM its own): the router's process, listening, and its URL."""
+    env = {**os.environ, **env, "CKL_DATA_DIR": str(data), "CKL_MODEL_CACHE_DIR": str(models_dir)}
+    subprocess.run([sys.executable, "-m", "ckl", "export", "--version", str(version), str(out)], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    port = free_port()
+    router = subprocess.Popen([sys.executable, "-m", "ckl", "router", "--routes", str(out / "routes.json"),
+                               "--engine", url, "--base-model", "ckl", "--port", str(port)],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
+            return router, f"http://127.0.0.1:{port}"
+        except httpx.TransportError:
+            if router.poll() is not None or time.monotonic() > deadline:
+                router.kill()
+                router.wait(30)
+                raise RuntimeError("the router did not start") from None
+            time.sleep(0.5)
+
+
 def listening(env: dict[str, str]) -> int:
     """How many `ckl worker`s take jobs from the queue `env` names."""
     from redis import Redis

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -224,8 +223,7 @@ def cmd_router(args: argparse.Namespace) -> None:
     settings = settings_from(args)  # CKL_API_KEYS and the limits, as the server reads them; --host
     if refusal := binding_refusal(settings):
         sys.exit(f"ckl router: {refusal}")
-    app = create_router(read_routes(args.routes), args.engine, args.base_model, settings, args.timeout,
-                        engine_key=os.environ.get("CKL_ROUTER_ENGINE_KEY"))
+    app = create_router(read_routes(args.routes), args.engine, args.base_model, settings, args.timeout)
     print(f"routing to {args.engine} on http://{args.host}:{args.port}", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
@@ -323,7 +321,7 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8100)
     p.add_argument("--timeout", type=float, default=600.0, help="seconds the engine has to answer (504 after)")
-    p.set_defaults(func=cmd_router)  # CKL_ROUTER_ENGINE_KEY: the engine's own key, where it asks for one
+    p.set_defaults(func=cmd_router)
 
     p = sub.add_parser("bench", help="benchmarks that print numbers")
     p.add_argument("bench", choices=list(BENCHES))

@@ -8,7 +8,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core import registry
@@ -85,6 +85,9 @@ class Settings(BaseSettings):
     access_log: bool = Field(False, description=(
         "One line per request (method, route, status, milliseconds, request id)."))
     metrics: bool = Field(True, description="Prometheus counters and GET /metrics; off, /metrics answers 404.")
+    router_engine_key: SecretStr | None = Field(None, description=(
+        "The key `ckl router` sends its engine as a bearer token (vLLM's `--api-key`); the callers' keys are never "
+        "passed on."))
 
     redis_url: str | None = Field(None, description=(
         "The learning queue on Redis (RQ) and `ckl worker`s; none: a thread of the API process learns (embedded)."))

@@ -10,8 +10,8 @@ prompts to this server reach only those documents. The engine gets `upstream_tim
 A route that spans two subjects has no single adapter: it gets the adapter of its first document's subject (this
 server would add both subjects' deltas).
 
-An engine that asks for a key of its own (vLLM's `--api-key`, a `ckl serve` with keys) gets CKL_ROUTER_ENGINE_KEY's
-value as its bearer token; the callers' keys are never passed on.
+An engine that asks for a key of its own (vLLM's `--api-key`, a `ckl serve` with keys) gets CKL_ROUTER_ENGINE_KEY
+as its bearer token; the callers' keys are never passed on.
 """
 from __future__ import annotations
 
@@ -93,11 +93,12 @@ def caller_of(request: Request, settings: Settings) -> Caller | JSONResponse:
 
 
 def create_router(routes: dict[str, Any], engine_url: str, base_model: str, settings: Settings | None = None,
-                  upstream_timeout_s: float = 600.0, engine_key: str | None = None) -> FastAPI:
+                  upstream_timeout_s: float = 600.0) -> FastAPI:
     settings = settings or Settings()
+    key = settings.router_engine_key
     client = httpx.AsyncClient(base_url=engine_url, timeout=httpx.Timeout(upstream_timeout_s,
                                                                           connect=UPSTREAM_CONNECT_S),
-                               headers={"Authorization": f"Bearer {engine_key}"} if engine_key else None)
+                               headers={"Authorization": f"Bearer {key.get_secret_value()}"} if key else None)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
