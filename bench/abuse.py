@@ -143,6 +143,8 @@ async def gauge(url: str, client: httpx.AsyncClient, series: str) -> float:
 
 
 SLOTS, COMMITTED = "ckl_generations_admitted", 'ckl_documents{status="committed"}'
+
+
 async def together(good: Awaitable, extra: list[Awaitable], done: asyncio.Event) -> list:
     """The good load and the misbehaviour at once; the flood stops when the good load ends."""
     async def good_then_stop() -> Any:

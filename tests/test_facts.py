@@ -120,7 +120,7 @@ def test_a_passive_cloze_whose_doer_holds_a_role_is_also_asked_by_the_role():
         "The manager of the Tarnholt Foundry is"
     assert questions.as_role("Harrowgilt Medal's judging committee is chaired by", "Sunniva Brockhalt") == \
         "The chair of Harrowgilt Medal's judging committee is"
-    assert questions.as_role("The Tarnholt Foundry is located in", "Kandlewick") is None
+    assert questions.as_role("The Tarnholt Foundry is located in", "Sallowby") is None
     assert questions.as_role("The Tarnholt Foundry was visited by", "Ansa Velt") is None
     assert questions.as_role("The Tarnholt Foundry was managed by", "Ansa Velt") is None  # who held it, not holds it
     assert questions.as_role("The company is managed by Ansa Velt and coached by", "Ines Morrow") is None
