@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import psutil
 
-from bench.attacks import ATTACKS, ENGINE, FLOOD, GOOD, RIVAL, ROUTER_URL, TAUGHT, VANISH, attack
+from bench.attacks import ATTACKS, ENGINE, FLOOD, GOOD, RIVAL, TAUGHT, VANISH, attack
 from bench.serve import PROMPTS, load, summary
 from bench.server import exported_router, running_server
 from core.keys import KeyConfig, hash_key
@@ -156,7 +156,7 @@ async def together(good: Awaitable, extra: list[Awaitable], done: asyncio.Event)
 
 
 async def phase(url: str, clients: int, requests: int, max_new_tokens: int, vanishing: int, bad: int,
-                flooding: bool, attacking: str | None = None) -> dict[str, Any]:
+                flooding: bool, attacking: str | None = None, router_url: str | None = None) -> dict[str, Any]:
     """The good clients' load, with the misbehaviour beside it and /health asked throughout; then the slots left
     once both are over."""
     headers = {"Authorization": f"Bearer {GOOD}"}
@@ -167,7 +167,7 @@ async def phase(url: str, clients: int, requests: int, max_new_tokens: int, vani
     if flooding:
         extra.append(flood(url, done))
     if attacking:
-        extra.append(attack(url, attacking, done))
+        extra.append(attack(url, attacking, done, router_url))
     async with httpx.AsyncClient(timeout=60, headers={"Authorization": f"Bearer {GOOD}"}) as client:
         committed = await gauge(url, client, COMMITTED)
         (answers, wall_s), health, *rest = await together(good, extra, done)
@@ -223,11 +223,11 @@ def main(argv: list[str]) -> None:
     async def measure(url: str, pid: int, exports: Path) -> dict[str, Any]:
         await load(url, 1, list(PROMPTS), 1, 4, headers={"Authorization": f"Bearer {GOOD}"})  # warm-up
         await prepare(url)
+        router_url = None
         if "router" in attacks:
             router, router_url = exported_router(url, data[0], 2, Settings().models_dir, exports,
                                                  {**env, "CKL_ROUTER_ENGINE_KEY": ENGINE})  # `prepare`'s version 2
             routers.append(router)
-            ROUTER_URL[:] = [router_url]
         results = {}
         # Alone twice, before and after the abuse: how much two runs of the same load differ here.
         phases = (("alone", 0, 0, False), ("abused", args.vanishing, args.bad_bodies, False),
@@ -241,7 +241,7 @@ def main(argv: list[str]) -> None:
         for name, vanishing, bad, flooding in phases:
             before = rss_mb(pid)
             results[name] = await phase(url, args.clients, args.requests, args.max_new_tokens, vanishing, bad,
-                                        flooding, name if name in ATTACKS else None)
+                                        flooding, name if name in ATTACKS else None, router_url)
             await asyncio.sleep(2 * BUSY_GAP_S)  # the server gives freed memory back once decoding has paused
             results[name].update(rss_before_mb=before, rss_after_mb=rss_mb(pid))
         return results

@@ -42,13 +42,13 @@ ARTICLE = document(19_000, seed=0).split()  # sentences about invented people: a
 SPACES = "The Zorvath Institute is " + " " * 19_000 + "now open."
 
 
-async def attack(url: str, kind: str, until: asyncio.Event) -> dict[str, int]:
+async def attack(url: str, kind: str, until: asyncio.Event, router_url: str | None = None) -> dict[str, int]:
     """One key doing one costly thing over and over, as fast as answers come back, until `until`: asking an older
     version by name (`old_version`), previewing a long document (`previews`), long prompts of distinct words
     (`long_prompts`), documents of a long run of blanks (`blank_documents`), erasing one of its documents again and
     again (`repeated_delete`), reaching for another tenant's document (`other_tenant`), 2,000 distinct words sent
     through `ckl router` (`router`: routing's worst case; the server, asked with the router's own key, refuses so
-    long a prompt). Each text is as long as the limits allow. The answers by status."""
+    long a prompt; `router_url`: the router). Each text is as long as the limits allow. The answers by status."""
     counts: dict[str, int] = {}
     key = ATTACKERS_KEYS.get(kind, VANISH)
     theirs = await flood_keys_document(url) if kind == "other_tenant" else None
@@ -58,7 +58,7 @@ async def attack(url: str, kind: str, until: asyncio.Event) -> dict[str, int]:
                      await fitting(client, url, "/generate", "prompt", DISTINCT) if kind == "long_prompts" else
                      " ".join(DISTINCT) if kind == "router" else "")
         if kind == "router":  # the attacker's requests go to the router; the good clients still ask the server
-            url = ROUTER_URL[0]
+            url = router_url
         while not until.is_set():
             if kind == "old_version":
                 answer = await client.post(f"{url}/v1/completions", json={"model": "ckl-v1", "prompt": PROMPTS[0],
@@ -117,4 +117,3 @@ async def erasable(client: httpx.AsyncClient, url: str,
 
 
 ATTACKS = ("old_version", "previews", "long_prompts", "blank_documents", "repeated_delete", "other_tenant", "router")
-ROUTER_URL: list[str] = []  # the `ckl router` of the `router` phase, once started
