@@ -169,17 +169,22 @@ def lemma(word: str) -> str | None:
     return found[0] if found else None
 
 
+def base_of(word: str, tag: str) -> str | None:
+    """A verb's base form where `word` is its form of the Penn tag `tag` ("managed", VBN -> "manage"; "employs",
+    VBZ -> "employ"); None for any other word."""
+    base = lemma(word)
+    return base if base and word in getInflection(base, tag=tag) else None
+
+
 def participle(word: str) -> bool:
     """Whether a word is a verb's past participle ("managed", "built", "founded")."""
-    base = lemma(word)
-    return bool(base) and word in getInflection(base, tag="VBN")
+    return base_of(word, "VBN") is not None
 
 
 def active_form(done: str, aux: str) -> str | None:
     """The active verb for a passive's participle and its tense: ("managed", "is") -> "manages", ("designed", "was")
     -> "designed", ("completed", "will be") -> "will complete"."""
-    base = lemma(done)
-    if not base or not participle(done):
+    if not (base := base_of(done, "VBN")):
         return None
     if aux == "will be":
         return f"will {base}"
@@ -210,11 +215,10 @@ def active(prompt: str) -> tuple[str, tuple[str, str], str] | None:
         elif word in ("does", "do", "did") and after and lemma(after) == after:  # "X does employ"
             asked, skip = (word, after), 2
         elif word.islower() and word not in VERBS and after != "by" and not noun_position(words[i - 1]):
-            base = lemma(word)  # "the bell cast by X weighs": "cast" is a participle there
-            if base and base != "be" and word in getInflection(base, tag="VBZ"):
-                asked, skip = ("does", base), 1
-            elif base and base != "be" and word in getInflection(base, tag="VBD"):
-                asked, skip = ("did", base), 1
+            for tag, do in (("VBZ", "does"), ("VBD", "did")):  # "the bell cast by X weighs": "cast" is a participle
+                if (base := base_of(word, tag)) and base != "be":
+                    asked, skip = (do, base), 1
+                    break
         if asked:
             rest = words[i + skip:]
             if any(w in VERBS or w in CLAUSES for w in rest):
