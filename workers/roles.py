@@ -106,8 +106,7 @@ def held(sentence: str, main: str | None, called: frozenset[str] = frozenset()) 
     """(role, whose, name) for every role a sentence says a name holds: after "who" (by its deed), a role one became
     or was named to, a role written before the name that holds it. A role named without whose it is is `main`'s
     (the document's subject as the text writes it), where that is not a person's name (about.personal_name);
-    `called`: the nouns the document
-    calls it by ("the workshop's master")."""
+    `called`: the nouns the document calls it by ("the workshop's master")."""
     made = [(*role, match["name"]) for match in WHO.finditer(sentence)
             if not match["name"].startswith("The ") and (role := by_deed(match["clause"], main))]
     plain = LOWER_ASIDE.sub("", sentence)  # "named Aki Solberg, a former striker, as head coach"
