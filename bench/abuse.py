@@ -46,6 +46,11 @@ def rss_mb(pid: int) -> int:
     return psutil.Process(pid).memory_info().rss // 2**20
 
 
+def cpu_s(pids: dict[str, int]) -> dict[str, float]:
+    """The CPU seconds (user and system) each process has spent so far, by name."""
+    return {name: sum(psutil.Process(pid).cpu_times()[:2]) for name, pid in pids.items()}
+
+
 def raw(url: str, head: str, body: bytes = b"", read: bool = True) -> bytes:
     """One request on a socket of its own: the head as written (lengths included), the body, then at most the
     start of the answer; the socket is closed without reading the rest."""
@@ -183,11 +188,12 @@ def print_table(results: dict[str, Any]) -> None:
     """Each phase's row: the good clients' speed and its share of the first phase's, and what the attacker got."""
     alone = results["alone"]["tokens_per_s"]
     print(f"{'phase':<24} {'tok/s':>7} {'share':>6} {'failed':>6} {'1st p50':>8} {'health p99':>10} "
-          f"{'slots after':>11} {'committed':>9} {'RSS MB':>12}")
+          f"{'slots after':>11} {'committed':>9} {'RSS MB':>12}  CPU s")
     for name, r in results.items():
         print(f"{name:<24} {r['tokens_per_s']:>7} {r['tokens_per_s'] / alone:>6.2f} {r['failed']:>6} "
               f"{r['first_token_s']['p50'] or 0:>8.2f} {r['health_p99_ms']:>8.1f}ms {r['slots_held_after']:>11.0f} "
-              f"{r['committed_during']:>9.0f} {r['rss_before_mb']:>5}->{r['rss_after_mb']:<5}")
+              f"{r['committed_during']:>9.0f} {r['rss_before_mb']:>5}->{r['rss_after_mb']:<5}  "
+              + " ".join(f"{k} {v}" for k, v in r.get("cpu_s", {}).items()))
         for part in r["misbehaviour"]:
             print(f"{'':<20} {part}")
 
@@ -221,6 +227,7 @@ def main(argv: list[str]) -> None:
     data: list[Path] = []  # the server's data folder, for `ckl export`
 
     async def measure(url: str, pid: int, exports: Path) -> dict[str, Any]:
+        pids = {"server": pid}
         await load(url, 1, list(PROMPTS), 1, 4, headers={"Authorization": f"Bearer {GOOD}"})  # warm-up
         await prepare(url)
         router_url = None
@@ -228,6 +235,7 @@ def main(argv: list[str]) -> None:
             router, router_url = exported_router(url, data[0], 2, Settings().models_dir, exports,
                                                  {**env, "CKL_ROUTER_ENGINE_KEY": ENGINE})  # `prepare`'s version 2
             routers.append(router)
+            pids["router"] = router.pid
         results = {}
         # Alone twice, before and after the abuse: how much two runs of the same load differ here.
         phases = (("alone", 0, 0, False), ("abused", args.vanishing, args.bad_bodies, False),
@@ -239,9 +247,12 @@ def main(argv: list[str]) -> None:
                   # Again, the embedded learner's first job begun by now.
                   ("abused and flooded again", args.vanishing, args.bad_bodies, True))
         for name, vanishing, bad, flooding in phases:
-            before = rss_mb(pid)
+            before, cpu_before = rss_mb(pid), cpu_s(pids)
             results[name] = await phase(url, args.clients, args.requests, args.max_new_tokens, vanishing, bad,
                                         flooding, name if name in ATTACKS else None, router_url)
+            # What each process spent in the phase: which of the server and the router an attack through the
+            # router costs, beside the decoding both phases share.
+            results[name]["cpu_s"] = {k: round(v - cpu_before[k], 1) for k, v in cpu_s(pids).items()}
             await asyncio.sleep(2 * BUSY_GAP_S)  # the server gives freed memory back once decoding has paused
             results[name].update(rss_before_mb=before, rss_after_mb=rss_mb(pid))
         return results
