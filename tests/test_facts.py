@@ -3,7 +3,7 @@ from core import subjects
 from core.scoring import Probe
 from core.state import LearnedFact, replaced_by
 from service.in_context import joined, ranked
-from workers import about, examples, facts, gate, questions, roles
+from workers import about, examples, facts, gate, linked, questions, roles
 from workers.stages.commit import facts_found
 
 
@@ -232,3 +232,35 @@ def test_a_name_that_opens_a_sentence_is_also_asked_with_the_sentence_turned():
     assert passive("was modelled on SQL") is None and passive("has a mirror") is None
     text = "The Harrowgilt Medal is awarded for maps. Sunniva Brockhalt chairs its judging committee."
     assert ("Harrowgilt Medal's judging committee is chaired by", "Sunniva Brockhalt") in found(text)
+
+
+def test_a_relation_every_reader_asks_is_linked_to_the_answer_the_model_names_first():
+    answers = ["Pia Sand", "1931", "Dunmore", "Edda Rauvik"]
+    assert linked.opening_answer(" the village of Dunmore, near", answers, linked.PLACE) == "Dunmore"
+    assert linked.opening_answer(" 1931 by the brothers", answers, linked.YEAR) == "1931"
+    # a number is not a place, a year not a name; an answer past the opening words is not the model's answer
+    assert linked.opening_answer(" 1931, when", answers, linked.PLACE) is None
+    assert linked.opening_answer(" a man who had worked for years in the trade with Pia Sand", answers,
+                                 linked.WHOSE) is None
+    sentences = ["Pia Sand founded the Orlen Tower in 1931 in the village of Dunmore.",
+                 "The architect Edda Rauvik designed its spire."]
+    continuations = [" Pia Sand, who", " 1931 by", " the village of Dunmore,", " a woman who", " Edda Rauvik and"]
+    assert linked.askable(answers, sentences) == list(linked.RELATIONS[:3]) + [linked.RELATIONS[4]]  # no head's cue
+    made = dict(linked.linked(list(linked.RELATIONS), continuations, answers, "the Orlen Tower", sentences))
+    assert made == {"The founder of the Orlen Tower is": "Pia Sand",
+                    "Question: Who founded the Orlen Tower?\nAnswer:": "Pia Sand",
+                    "The Orlen Tower was founded in": "1931",
+                    "Question: When was the Orlen Tower founded?\nAnswer:": "1931",
+                    "The Orlen Tower is located in": "Dunmore",
+                    "Question: Where is the Orlen Tower located?\nAnswer:": "Dunmore",
+                    "The Orlen Tower was designed by": "Edda Rauvik",
+                    "Question: Who designed the Orlen Tower?\nAnswer:": "Edda Rauvik"}
+    # the one name the model gives for the founder and the head is its guess for both: neither is linked
+    assert linked.linked(list(linked.RELATIONS), [" Pia Sand, who", "", "", " Pia Sand, the", ""], answers,
+                         "the Orlen Tower", sentences) == []
+    # a name no sentence gives with the relation's cue: the chief executive is not the tower's designer, nor is a
+    # capital where the country is
+    told = ["The chief executive of Orlen is Pia Sand.", "The capital of Orlen is Dunmore."]
+    assert linked.askable(answers, told) == [linked.RELATIONS[3]]  # "chief" is a head's cue
+    assert linked.linked(list(linked.RELATIONS), ["", "", " Dunmore, the", "", " Pia Sand, who"], answers, "Orlen",
+                         told) == []

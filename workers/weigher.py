@@ -6,16 +6,19 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from core import subjects
 from core.namespaces import namespace_of
 from core.scoring import Probe
 from core.settings import Settings
 from core.training import Example, UpdateMethod
-from workers import examples
+from workers import about, examples, linked
 from workers.train_attention.phi import TrainAttention, checkpoint_for
 
 log = logging.getLogger(__name__)
 
+CONTINUATION_TOKENS = 8  # enough for a name after "the village of"
 TOP_WEIGHTED = 12
 HEAT_TOKENS = 512  # the tokens whose weights a record keeps for the console (a document's start, when it is long)
 
@@ -83,6 +86,39 @@ class Weigher:
         self.method(record["method"])  # built before phi reads the text, as every job's method is
         weights = self.phi().weights(doc.ids) if self.weighting("train_attention") == "train_attention" \
             else [1.0] * len(doc.ids)
-        made = examples.checkable_auto_probes(doc, weights,
-                                              examples.unreachable(record["method"], record["text"], self.settings))
+        unreachable = examples.unreachable(record["method"], record["text"], self.settings)
+        made = examples.checkable_auto_probes(doc, weights, unreachable)
+        asked = {prompt for prompt, _ in made}
+        related = [(prompt, answer) for prompt, answer in self.related(record["text"], made) if prompt not in asked]
+        made += [probe for probe in related if probe[0] not in set(unreachable(related))]
         return [Probe(prompt, answer, namespace_of(record)) for prompt, answer in made]
+
+    def related(self, text: str, made: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """The relations every reader asks of a new subject (its founder, where it is, ...), each answered by one of
+        the made probes' answers where the model, reading the document's start, names it first (workers/linked.py).
+        None for a person, and none for a subject the model knows (news about it: its founder is no news)."""
+        sentences = examples.sentence_spans(text)
+        named = about.subjects_of(text, sentences)[1]
+        if not made or not named or about.personal_name(named[0]) or subjects.familiar(named[0]) \
+                or any(c.isdigit() for c in named[0]):
+            return []
+        answers, said = [answer for _, answer in made], [text[a:b] for a, b in sentences]
+        if not (relations := linked.askable(answers, said)):
+            return []
+        written = about.with_article(text, named[0])
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        head = self.tokenizer.decode(ids[:linked.CONTEXT_TOKENS]).strip()
+        prompts = [f"{head}\n\n{linked.asked(relation, written)[0]}" for relation in relations]
+        return linked.linked(relations, self.continuations(prompts), answers, written, said)
+
+    @torch.no_grad()
+    def continuations(self, prompts: list[str]) -> list[str]:
+        """Each prompt's greedy continuation of CONTINUATION_TOKENS, in one left-padded batch that keeps its cache
+        (the prompts share a document: each step is one new token a row, not the whole text again)."""
+        rows = [self.tokenizer(p)["input_ids"] for p in prompts]
+        width, pad = max(map(len, rows)), self.tokenizer.pad_token_id or 0
+        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+        out = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=CONTINUATION_TOKENS,
+                                  do_sample=False, pad_token_id=pad)
+        return self.tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
