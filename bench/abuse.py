@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import socket
 import subprocess
@@ -227,7 +228,7 @@ def main(argv: list[str]) -> None:
     data: list[Path] = []  # the server's data folder, for `ckl export`
 
     async def measure(url: str, pid: int, exports: Path) -> dict[str, Any]:
-        pids = {"server": pid}
+        pids = {"server": pid, "bench": os.getpid()}  # the bench's clients, the attacker's too, share the cores
         await load(url, 1, list(PROMPTS), 1, 4, headers={"Authorization": f"Bearer {GOOD}"})  # warm-up
         await prepare(url)
         router_url = None
@@ -250,8 +251,8 @@ def main(argv: list[str]) -> None:
             before, cpu_before = rss_mb(pid), cpu_s(pids)
             results[name] = await phase(url, args.clients, args.requests, args.max_new_tokens, vanishing, bad,
                                         flooding, name if name in ATTACKS else None, router_url)
-            # What each process spent in the phase: which of the server and the router an attack through the
-            # router costs, beside the decoding both phases share.
+            # What each process spent in the phase: which of the server, the router and the clients (this
+            # process, the attacker's among them) an attack costs, on the cores the decoder needs.
             results[name]["cpu_s"] = {k: round(v - cpu_before[k], 1) for k, v in cpu_s(pids).items()}
             await asyncio.sleep(2 * BUSY_GAP_S)  # the server gives freed memory back once decoding has paused
             results[name].update(rss_before_mb=before, rss_after_mb=rss_mb(pid))

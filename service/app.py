@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio.to_thread
-from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import Response
+from fastapi import APIRouter, FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import methods  # noqa: F401  (registers every method folder)
 from service.errors import install_error_handlers
@@ -40,7 +40,8 @@ def create_app(runtime: Runtime) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(RateLimit, keys=settings.api_keys, per_s=settings.limits.requests_per_s,
                        burst=settings.limits.request_burst)
-    app.middleware("http")(measure)  # outside the rate limit: its 429s are counted and logged too
+    # Outside the rate limit: its 429s are counted and logged too.
+    app.add_middleware(Measured, runtime=runtime, metrics=app.state.metrics)
     # Added last, so outermost: the guard sees every request first.
     app.add_middleware(RequestGuard, max_body_bytes=settings.limits.max_body_bytes,
                        allowed_hosts=allowed_hosts(settings))
@@ -71,15 +72,37 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     runtime.close()
 
 
-async def measure(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-    """Every request's metrics, and its access-log line when CKL_ACCESS_LOG is on."""
-    started = time.perf_counter()
-    response = await call_next(request)
-    route = getattr(request.scope.get("route"), "path", "unmatched")  # the template: bounded label values
-    seconds = time.perf_counter() - started
-    request.app.state.metrics.request(route, request.method, response.status_code, seconds)
-    if request.app.state.runtime.settings.access_log:
-        access_log.info("%s %s %d %.1f ms", request.method, route, response.status_code, 1000 * seconds,
-                        extra={"fields": {"method": request.method, "route": route, "status": response.status_code,
-                                          "ms": round(1000 * seconds, 1)}})
-    return response
+class Measured:
+    """Every request's metrics, and its access-log line when CKL_ACCESS_LOG is on, taken when its response starts
+    (a stream's when its head is sent). Pure ASGI: a `BaseHTTPMiddleware` would pass every streamed chunk of every
+    answer through a stream and a task of its own on the event loop, the loop the decoder's answers wait on."""
+
+    def __init__(self, app: ASGIApp, runtime: Runtime, metrics: Metrics) -> None:
+        self.app, self.runtime, self.metrics = app, runtime, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started, measured = time.perf_counter(), []
+
+        def measure(status: int) -> None:
+            measured.append(status)
+            route = getattr(scope.get("route"), "path", "unmatched")  # the template: bounded label values
+            seconds, method = time.perf_counter() - started, scope["method"]
+            self.metrics.request(route, method, status, seconds)
+            if self.runtime.settings.access_log:
+                access_log.info("%s %s %d %.1f ms", method, route, status, 1000 * seconds,
+                                extra={"fields": {"method": method, "route": route, "status": status,
+                                                  "ms": round(1000 * seconds, 1)}})
+
+        async def measuring(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                measure(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, measuring)
+        except Exception:
+            if not measured:  # the server's error handler answers 500
+                measure(500)
+            raise
