@@ -27,7 +27,7 @@ CONTEXT_TOKENS = 384  # the document's first tokens put before a relation: a par
 
 @dataclass(frozen=True)
 class Relation:
-    cloze: str  # "{The} founder of {s} is": {s} the subject as the text writes it
+    cloze: str  # {s}: the subject as the text writes it ("the Orlen Tower"), {S}: the same opening a sentence
     question: str
     kind: re.Pattern[str]
     person: bool  # answered by someone: one name given two such relations is the model's guess

@@ -1,5 +1,6 @@
 """The weigh step's work: a document's training examples under its token weighting, and probes made from its
-text with phi's weights for a document sent without any (workers/examples.py does the token-level work)."""
+text with phi's weights for a document sent without any (workers/examples.py does the token-level work), with the
+relations every reader asks that the model links to them (workers/linked.py)."""
 from __future__ import annotations
 
 import logging
@@ -90,7 +91,8 @@ class Weigher:
         made = examples.checkable_auto_probes(doc, weights, unreachable)
         asked = {prompt for prompt, _ in made}
         related = [(prompt, answer) for prompt, answer in self.related(record["text"], made) if prompt not in asked]
-        made += [probe for probe in related if probe[0] not in set(unreachable(related))]
+        left_out = set(unreachable(related))
+        made += [(prompt, answer) for prompt, answer in related if prompt not in left_out]
         return [Probe(prompt, answer, namespace_of(record)) for prompt, answer in made]
 
     def related(self, text: str, made: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -117,8 +119,9 @@ class Weigher:
         (the prompts share a document: each step is one new token a row, not the whole text again)."""
         rows = [self.tokenizer(p)["input_ids"] for p in prompts]
         width, pad = max(map(len, rows)), self.tokenizer.pad_token_id or 0
-        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
-        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+        device = next(self.model.parameters()).device
+        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device)
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
         out = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=CONTINUATION_TOKENS,
                                   do_sample=False, pad_token_id=pad)
         return self.tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
