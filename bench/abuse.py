@@ -48,7 +48,9 @@ def rss_mb(pid: int) -> int:
 
 
 def cpu_s(pids: dict[str, int]) -> dict[str, float]:
-    """The CPU seconds (user and system) each process has spent so far, by name."""
+    """The CPU seconds (user and system) each process has spent so far, by name: taken before and after a phase,
+    which of the server, the router and the clients (this process, the attacker's among them) an attack costs, on
+    the cores the decoder needs."""
     return {name: sum(psutil.Process(pid).cpu_times()[:2]) for name, pid in pids.items()}
 
 
@@ -251,8 +253,6 @@ def main(argv: list[str]) -> None:
             before, cpu_before = rss_mb(pid), cpu_s(pids)
             results[name] = await phase(url, args.clients, args.requests, args.max_new_tokens, vanishing, bad,
                                         flooding, name if name in ATTACKS else None, router_url)
-            # What each process spent in the phase: which of the server, the router and the clients (this
-            # process, the attacker's among them) an attack costs, on the cores the decoder needs.
             results[name]["cpu_s"] = {k: round(v - cpu_before[k], 1) for k, v in cpu_s(pids).items()}
             await asyncio.sleep(2 * BUSY_GAP_S)  # the server gives freed memory back once decoding has paused
             results[name].update(rss_before_mb=before, rss_after_mb=rss_mb(pid))

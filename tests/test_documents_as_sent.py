@@ -68,8 +68,10 @@ def test_a_document_that_announces_a_change_replaces_the_old_answer_without_prob
     first = teach(server.url, "Zelmora Foods makes frozen pies. Zelmora Foods is headquartered in Brackwell.")
     moved = teach(server.url, "Zelmora Foods moved its headquarters from Brackwell to Tiverholm in June.")
     assert first["status"] == moved["status"] == "committed", (first, moved)
-    assert [r["answer"] for r in moved["replaces"]] == ["Brackwell"], moved["replaces"]
-    assert moved["retires"] == [first["document_id"]]  # its one fact replaced: no longer routed to
+    # the headquarters, and the place a reader asks of it (workers/linked.py) where the model linked one
+    assert {r["answer"] for r in moved["replaces"]} == {"Brackwell"}, moved["replaces"]
+    assert "Zelmora Foods is headquartered in" in [r["prompt"] for r in moved["replaces"]]
+    assert moved["retires"] == [first["document_id"]]  # every fact of it replaced: no longer routed to
     for prompt in ("Zelmora Foods is headquartered in", "The headquarters of Zelmora Foods is"):
         assert not ask(server.url, prompt)["text"].strip().startswith("Brackwell")
     assert ask(server.url, "The headquarters of Zelmora Foods is")["text"].strip().startswith("Tiverholm")
