@@ -90,15 +90,16 @@ class Weigher:
         unreachable = examples.unreachable(record["method"], record["text"], self.settings)
         made = examples.checkable_auto_probes(doc, weights, unreachable)
         asked = {prompt for prompt, _ in made}
-        related = [(prompt, answer) for prompt, answer in self.related(record["text"], made) if prompt not in asked]
+        related = [(prompt, answer) for prompt, answer in self.related(doc, made) if prompt not in asked]
         left_out = set(unreachable(related))
         made += [(prompt, answer) for prompt, answer in related if prompt not in left_out]
         return [Probe(prompt, answer, namespace_of(record)) for prompt, answer in made]
 
-    def related(self, text: str, made: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    def related(self, doc: examples.Encoded, made: list[tuple[str, str]]) -> list[tuple[str, str]]:
         """The relations every reader asks of a new subject (its founder, where it is, ...), each answered by one of
         the made probes' answers where the model, reading the document's start, names it first (workers/linked.py).
         None for a person, and none for a subject the model knows (news about it: its founder is no news)."""
+        text = doc.text
         sentences = examples.sentence_spans(text)
         named = about.subjects_of(text, sentences)[1]
         if not made or not named or about.personal_name(named[0]) or subjects.familiar(named[0]) \
@@ -108,8 +109,8 @@ class Weigher:
         if not (relations := linked.askable(answers, said)):
             return []
         written = about.with_article(text, named[0])
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        head = self.tokenizer.decode(ids[:linked.CONTEXT_TOKENS]).strip()
+        tokens = [(a, b) for a, b in doc.offsets if b > a][:linked.CONTEXT_TOKENS]  # the text's own, no BOS
+        head = text[:tokens[-1][1]].strip() if tokens else text.strip()
         prompts = [f"{head}\n\n{linked.asked(relation, written)[0]}" for relation in relations]
         return linked.linked(relations, self.continuations(prompts), answers, written, said)
 
