@@ -69,7 +69,8 @@ class LimitsSettings(BaseSettings):
     max_body_bytes: int = Field(1_048_576, gt=0, description="The largest request body.")
     requests_per_s: float = Field(20.0, ge=0, description=(
         "Requests one key's owner may send a second, on average, with keys configured (service/rate_limit.py); "
-        "past it, 429 with Retry-After, given after a pause of up to 1 s. 0: no limit."))
+        "past it, 429 with Retry-After, given after a pause of up to 1 s. A request refused for what it asks "
+        "(400, 413, 422, a busy 429) counts as four. 0: no limit."))
     request_burst: int = Field(100, gt=0, description="Requests one key may send at once before its rate applies.")
     max_concurrent_generations: int = Field(16, gt=0, description=(
         "Generations decoded together (serving/batching.py); past this and the waiting ones, 429 with Retry-After."))

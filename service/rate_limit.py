@@ -4,8 +4,11 @@ before it costs a token). One key sending requests as fast as answers come back,
 (CKL_LIMITS_REQUESTS_PER_S, CKL_LIMITS_REQUEST_BURST); a request whose key names no configured key is counted
 against its client's address. A request over its rate is answered 429 with Retry-After, and only after a pause
 (at most `TARPIT_S`), so that a client ignoring Retry-After slows itself down instead of trading refusals for
-answers. Not limited: a server without keys (it binds loopback only: one user's), and /health and /ready (what
-load balancers ask)."""
+answers. A request the route refuses for what it asks (a malformed or over-long request: 400, 413, 422; or one
+sent while the service is busy: its 429) draws REFUSED_COST tokens in all, so a key that keeps sending what is
+refused is slowed to a fraction of the rate: refusing costs the server too (reading, tokenizing, answering), and a
+client's good requests are seldom refused. Not limited: a server without keys (it binds loopback only: one
+user's), and /health and /ready (what load balancers ask)."""
 from __future__ import annotations
 
 import asyncio
@@ -14,7 +17,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.keys import KeyConfig, find_caller
 from service.middleware import error, header
@@ -22,6 +25,8 @@ from service.middleware import error, header
 UNLIMITED_PATHS = ("/health", "/ready")
 TARPIT_S = 1.0  # the longest a refused request is held before its 429
 MAX_BUCKETS = 10_000  # callers remembered; the least recently seen are forgotten first (they start full again)
+REFUSED = frozenset({400, 413, 422, 429})  # answers to what a request asks, not to who asks (401, 403, 404)
+REFUSED_COST = 4  # tokens a refused request draws in all
 
 
 @dataclass
@@ -39,6 +44,11 @@ def take(bucket: Bucket, now: float, rate: float, burst: float) -> float:
         bucket.tokens -= 1
         return 0.0
     return (1 - bucket.tokens) / rate
+
+
+def owe(bucket: Bucket, tokens: float, burst: float) -> None:
+    """Draw `tokens` more from `bucket`, into debt down to one burst (a key's wait stays bounded)."""
+    bucket.tokens = max(-burst, bucket.tokens - tokens)
 
 
 def caller_id(keys: list[KeyConfig], scope: Scope) -> str:
@@ -66,7 +76,17 @@ class RateLimit:
             self.buckets.popitem(last=False)
         wait_s = take(bucket, now, self.per_s, self.burst)
         if not wait_s:
-            return await self.app(scope, receive, send)
+            status = 0
+
+            async def watched(message: Message) -> None:
+                nonlocal status
+                if message["type"] == "http.response.start":
+                    status = message["status"]
+                await send(message)
+            await self.app(scope, receive, watched)
+            if status in REFUSED:
+                owe(bucket, REFUSED_COST - 1, self.burst)
+            return
         await asyncio.sleep(min(wait_s, TARPIT_S))
         await error(send, 429, "rate_limited", f"this key sends more than {self.per_s:g} requests a second; "
                     "try again later", None, ((b"retry-after", str(max(1, math.ceil(wait_s))).encode()),))

@@ -54,6 +54,29 @@ def test_time_markers_are_found_where_a_run_of_blanks_starts_as_they_were_found_
     assert TIME_MARKER.sub("", " " * 20_000 + "x now") == " " * 20_000 + "x"
 
 
+def test_a_document_padded_with_blanks_is_read_as_its_words():
+    """The learner and the preview read a document with its layout folded: thousands of spaces cost nothing to
+    train, and paragraphs stay apart."""
+    from core.layout import laid_out
+
+    padded = ("The Zorvath Institute   was founded by\t\tQuellan Mirodt. " + " " * 19_000 + "\r\n\r\n\r\n\r\n"
+              "The director of the Zorvath Institute is  Ilvane Cosk.  ")
+    assert laid_out(padded) == ("The Zorvath Institute was founded by Quellan Mirodt.\n\n"
+                                "The director of the Zorvath Institute is Ilvane Cosk.")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([" ", "  ", "\t", "\n", "\r\n", "\u00a0", "Word", "x.", ","]), max_size=40))
+def test_layout_folds_blanks_and_keeps_every_word(parts):
+    from core.layout import laid_out
+
+    text = "".join(parts)
+    folded = laid_out(text)
+    assert folded.split() == text.split()
+    assert "  " not in folded and "\n\n\n" not in folded and " \n" not in folded and "\n " not in folded
+    assert laid_out(folded) == folded
+
+
 def test_a_document_without_names_gets_one_probe_for_its_rarest_word():
     text = "Corurthen prints new money. The currency of Corurthen is the ossiaskum, printed in the north."
     assert examples.auto_probes(encoded(text), [0.5] * (len(text.split()) + 1)) == [

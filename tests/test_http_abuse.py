@@ -13,9 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.keys import hash_key
+from service.rate_limit import REFUSED_COST
 from tests.conftest import Server, tiny_env
 
-KEYS = {"asker": ["generate"], "root": ["admin"], "hammer": ["generate"]}
+KEYS = {"asker": ["generate"], "root": ["admin"], "hammer": ["generate"], "prober": ["generate"]}
 RATE, BURST = 20, 100  # CKL_LIMITS_REQUESTS_PER_S and CKL_LIMITS_REQUEST_BURST by default
 CAP = 16384
 SLOTS = 2  # one decoding, one waiting
@@ -128,6 +129,20 @@ def test_a_key_past_its_rate_gets_429s_and_no_other_key_or_health_check_does(ser
     assert len(answers) - len(refused) <= BURST + RATE * elapsed + 1  # the bucket's refill, no more
     assert httpx.get(f"{server.url}/v1/models", headers=auth("asker")).status_code == 200  # another key's own bucket
     assert httpx.get(f"{server.url}/health").status_code == 200  # never limited
+
+
+def test_a_key_whose_requests_are_refused_is_slowed_sooner_than_one_whose_are_answered(server):
+    started, answers = time.monotonic(), []
+    with httpx.Client(headers=auth("prober")) as client:
+        while len(answers) < BURST // REFUSED_COST + 20:
+            answers.append(client.post(f"{server.url}/generate", json={"prompt": "hi", "max_new_tokens": -1}))
+    elapsed = time.monotonic() - started
+    refused = [a for a in answers if a.status_code == 422]
+    limited = [a for a in answers if a.status_code == 429]
+    assert refused and limited and len(refused) + len(limited) == len(answers)
+    assert limited[0].json()["error"]["code"] == "rate_limited"
+    assert len(refused) <= (BURST + RATE * elapsed) / REFUSED_COST + 1  # each refusal drew its cost
+    assert httpx.get(f"{server.url}/v1/models", headers=auth("asker")).status_code == 200  # another key's own bucket
 
 
 def test_the_schema_needs_a_key_and_ready_says_nothing_about_the_machine(server):

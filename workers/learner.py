@@ -17,6 +17,7 @@ import methods  # noqa: F401  (registers every method folder)
 from core import erasure
 from core.documents import DocumentStore
 from core.heap import map_large_blocks
+from core.layout import laid_out
 from core.lifecycle import FINAL, Status, after_failed_attempt
 from core.model.loader import LoadedModel, load_model
 from core.probes import to_json
@@ -37,7 +38,6 @@ from workers.weigher import Weigher
 from workers.yielding import Rests
 
 log = logging.getLogger(__name__)
-
 MAX_PARENT_RETRIES = 3
 
 
@@ -83,7 +83,7 @@ class Learner:
                 return Status(record["status"])
             record = self.documents.move(document_id, Status.TRAINING, attempts=record["attempts"] + 1, error=None)
             try:
-                return self._from_current(record)
+                return self._from_current({**record, "text": laid_out(record["text"] or "")})
             except Exception as exc:
                 self.held.forget_loaded()  # the methods may hold a half-trained candidate
                 self._attempt_failed(document_id, record["attempts"], exc)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import torch
 
+from core.layout import laid_out
 from core.model.served_model import ServingModel
 from core.settings import Settings
 from workers import examples
@@ -30,6 +31,7 @@ class AutoProbePreview:
         decoder); without a phi for the model every token weighs the same, as in the learner. The calling thread
         computes on one OpenMP thread from now on (workers/threads.py: threads_here)."""
         threads_here(1)
+        text = laid_out(text)  # as the learner reads it
         path = checkpoint_for(self.settings.training.phi_checkpoint, serving.name)
         doc = examples.encode(serving.tokenizer, text)
         if path is None:
