@@ -142,7 +142,7 @@ class Scheduler:
             pin.close()
             raise
         sequence = Sequence(prompt_ids, version, routes, Answer(self.serving.tokenizer, params, self.stops),
-                            seeded(params.seed), pin.close, started, used, cancelled=cancel, sender=sender)
+                            seeded(params.seed), pin.close, started, used, request=cancel, sender=sender)
         with self._lock:
             self._waiting.append(sequence)
             if self._thread is None:  # the thread ends when nothing is left; the next request starts it again
@@ -182,13 +182,13 @@ class Scheduler:
     def _next_round(self) -> list[Sequence] | None:
         """Retire the cancelled, take the sequences to admit; None (the thread ends) once nothing is left."""
         for group in list(self._groups.values()):
-            if gone := [s for s in group.rows if s.cancelled.is_set()]:
+            if gone := [s for s in group.rows if s.gone()]:
                 self._retire(group, gone)
-        for prefilling in [p for p in self.long.prefilling if p.sequence.cancelled.is_set()]:
+        for prefilling in [p for p in self.long.prefilling if p.sequence.gone()]:
             self.long.prefilling.remove(prefilling)
             self._end(prefilling.sequence)
         with self._lock:
-            for sequence in [s for s in self._waiting if s.cancelled.is_set()]:
+            for sequence in [s for s in self._waiting if s.gone()]:
                 self._waiting.remove(sequence)
                 self._end(sequence)  # a reader blocked on it (another thread) gets its end
             now, room = time.monotonic(), self.long.places(decoding_rows(self._groups), self.max_running)

@@ -28,9 +28,15 @@ class Sequence:
     out: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)  # pieces, then the Generation or an error
     first_token_s: float = 0.0
     sender: str | None = None  # whose request (a key's owner): long prompts are shared out per sender
-    # Set when the client went away (the stream closed, or its consumer closed from another thread while one
-    # was blocked reading it): retired at the next round.
+    # Set when its stream ended or was closed: retired at the next round.
     cancelled: threading.Event = field(default_factory=threading.Event)
+    # The request's, set when the client went away (its consumer closed from another thread while one was blocked
+    # reading): every decode of the request is retired, both ways of `knowledge_as: both` included. Not set when
+    # one of those ends, which would cut the other short.
+    request: threading.Event = field(default_factory=threading.Event)
+
+    def gone(self) -> bool:
+        return self.cancelled.is_set() or self.request.is_set()
 
 
 @dataclass(eq=False)

@@ -215,6 +215,31 @@ def test_a_waiting_stream_closed_while_another_thread_reads_it_ends_its_reader(t
     until(lambda: scheduler.running() == scheduler.waiting() == 0)
 
 
+def test_two_decodes_of_one_request_end_apart_and_leave_together(tiny):
+    """`knowledge_as: both` decodes a request's prompt two ways under the request's one cancel event: the way that
+    ends first must not cut the other short (it cut a paragraph's answer to its first tokens, an article's to none);
+    the client going away retires both."""
+    serving = ServingModel(tiny, SETTINGS)
+    scheduler = Scheduler(serving, max_running=8)
+    ids = tiny.tokenizer("the capital of")["input_ids"]
+    alone = generate(serving, ids, SamplingParams(20))
+    request, results = threading.Event(), {}
+    readers = [consume(scheduler.stream(ids, SamplingParams(2), cancel=request), results, "short"),
+               consume(scheduler.stream(ids, SamplingParams(20), cancel=request), results, "long")]
+    for reader in readers:
+        reader.join(60)
+    assert results["short"][-1].completion_tokens == 2
+    assert (results["long"][-1].text, results["long"][-1].completion_tokens) == (alone.text, alone.completion_tokens)
+    gone = threading.Event()
+    readers = [consume(scheduler.stream(ids, SamplingParams(100_000), cancel=gone), results, way) for way in "ab"]
+    until(lambda: scheduler.running() == 2)
+    gone.set()
+    until(lambda: scheduler.running() == 0)
+    for reader in readers:
+        reader.join(30)
+        assert not reader.is_alive()
+
+
 def test_requests_wait_for_a_row_and_only_past_the_waiting_queue_get_429(tiny):
     generations = generations_on(tiny, max_concurrent_generations=1, max_waiting_generations=1)
     serving, scheduler = generations.serving(), generations.scheduler()
