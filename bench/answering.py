@@ -56,7 +56,8 @@ def generate(url: str, path: str, request: dict) -> dict:
     body = response.json()
     if path == "/generate":
         return body
-    return {"text": body["choices"][0]["message"]["content"], "prompt_tokens": body["usage"]["prompt_tokens"]}
+    return {"text": body["choices"][0]["message"]["content"], "prompt_tokens": body["usage"]["prompt_tokens"],
+            "knowledge": body.get("knowledge")}
 
 
 def answer_all(url: str, requests: list[tuple[str, dict]]) -> list[dict]:
@@ -66,19 +67,22 @@ def answer_all(url: str, requests: list[tuple[str, dict]]) -> list[dict]:
 
 def score(url: str, facts: list[dict], documents: list[str], modes: tuple[str, ...] = MODES,
           asked: Callable[[dict], bool] = lambda fact: True) -> list[dict]:
-    """Each fact's answers: {mode: {form: correct}} and the prompt tokens each mode's requests took. A fact is a
-    dict with its forms (`probe`, `paraphrase`, `question`: {prompt, answer}, any missing) and `document`, its
-    document's index in `documents`."""
+    """Each fact's answers: {mode: {form: correct}}, the prompt tokens each mode's requests took and each answer's
+    text ({mode: {form: text}}; with both, the way it was answered before it: "context: ..."). A fact is a dict with
+    its forms (`probe`, `paraphrase`, `question`: {prompt, answer}, any missing) and `document`, its document's
+    index in `documents`."""
     jobs = [(i, mode, form) for i, fact in enumerate(facts) if asked(fact) for mode in modes
             for form, (key, _) in FORMS.items() if fact.get(key) and (form != "chat" or mode in SERVICE)]
     requests = [chat(mode, facts[i]["question"]["prompt"], FORMS[form][1]) if form == "chat" else
                 ("/generate", body(mode, facts[i][FORMS[form][0]]["prompt"], FORMS[form][1],
                                    documents[facts[i]["document"]], documents)) for i, mode, form in jobs]
-    results: list[dict] = [{"modes": {}, "prompt_tokens": {}} for _ in facts]
+    results: list[dict] = [{"modes": {}, "prompt_tokens": {}, "answers": {}} for _ in facts]
     for (i, mode, form), answer in zip(jobs, answer_all(url, requests)):
         probe = facts[i][FORMS[form][0]]
         results[i]["modes"].setdefault(mode, {})[form] = correct(form, probe["answer"], answer["text"])
         results[i]["prompt_tokens"].setdefault(mode, []).append(answer["prompt_tokens"])
+        way = (answer.get("knowledge") or {}).get("answered_as") if mode == "both" else None
+        results[i]["answers"].setdefault(mode, {})[form] = f"{way}: {answer['text']}" if way else answer["text"]
         if mode == "weights" and form == "rel":
             results[i]["answer"] = answer["text"]
     return results

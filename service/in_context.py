@@ -2,8 +2,8 @@
 
 A request chooses how its knowledge answers (`knowledge_as`): as weights (the routed documents' deltas, the
 default), as context (their text before the prompt, every delta off), or both: the prompt answered both ways at
-once, and the answer the documents bear out given (its opening words are in their text), or where both or neither
-are, the one the model is surer of (the mean log-probability of its first tokens); `answered_as` says which. The
+once, and the answer the documents bear out given (the context's first; `context_wins`), or where neither is, the
+one the model is surer of (the mean log-probability of its first tokens); `answered_as` says which. The
 documents are those the prompt is routed to in the version it runs on (or those it names), best route score first,
 as many as fit the prompt limit, at most MAX_DOCUMENTS; the answer cites them. What context costs is the documents'
 tokens: the answer's `prompt_tokens` counts them (both ways' tokens with both).
@@ -81,32 +81,80 @@ def said(source: str) -> str:
     return " ".join(w + (" |" if p and p in ".!?" else "") for w, p in WORD.findall(source)).lower()
 
 
-def borne_out(answer: str, source_words: str) -> bool:
-    """Whether an answer opens with a name or a number (capitalised or a digit, after any function words; its first
-    two words, to the first punctuation or function word) that the documents' words (`said`) hold: " the Lake
+# The name or number an answer gives (lower case) and how many words come before it; None: none the text holds.
+Said = tuple[str, int] | None
+
+
+def held(words: list[str], before: int, source_words: str) -> Said:
+    name = " ".join(w.lower() for w in words)
+    return (name, before) if f" {name} " in f" {source_words} " else None
+
+
+def opened_with(answer: str, source_words: str) -> Said:
+    """The name or number an answer opens with (capitalised or a digit, after any function words; its first two
+    words, to the first punctuation or function word), where the documents' words (`said`) hold it: " the Lake
     Tirrowen, a lake" read from a text that names Lake Tirrowen. What the text says, not what the model knew."""
-    words = WORD.findall(answer)
+    words = WORD.findall(first_line(answer))
+    before = 0
     while words and words[0][0].lower() in subjects.FUNCTION_WORDS:
         words.pop(0)
-    if not words or not (words[0][0][:1].isupper() or words[0][0][:1].isdigit()):
-        return False
+        before += 1
+    if not words or not named(words[0][0]):
+        return None
     opening = []
     for word, punctuation in words[:2]:
         if opening and word.lower() in subjects.FUNCTION_WORDS:
             break
-        opening.append(word.lower())
+        opening.append(word)
         if punctuation:
             break
-    return f" {' '.join(opening)} " in f" {source_words} "
+    return held(opening, before, source_words)
+
+
+def named_first(answer: str, source_words: str) -> Said:
+    """The first name or number in an answer's first line (up to two capitalised words or numbers in a row), where
+    the documents' words hold it: a question is answered in a sentence ("The bridge will be 186 metres long", "It is
+    in the village of Kandlewick"), which opens with other words than its answer."""
+    words = WORD.findall(first_line(answer))
+    for i, (word, punctuation) in enumerate(words):
+        if named(word) and word.lower() not in subjects.FUNCTION_WORDS:
+            following = words[i + 1][0] if i + 1 < len(words) and not punctuation else ""
+            return held([word, following] if named(following) else [word], i, source_words)
+    return None
+
+
+def first_line(answer: str) -> str:
+    return answer.strip().split("\n", 1)[0]  # "1934\nQuestion: ..." gives 1934, not "1934 Question"
+
+
+def named(word: str) -> bool:
+    return word[:1].isupper() or word[:1].isdigit()
+
+
+def one_name(by_context: tuple[str, int], by_weights: tuple[str, int]) -> bool | None:
+    """Where both answers give one name: whether the context's gives it better, the fuller ("Nell Varga" before
+    "Varga"), else the sooner ("Park Ji-hoon" before "now Park Ji-hoon"); None where they give two names."""
+    (context_name, context_before), (weights_name, weights_before) = by_context, by_weights
+    if context_name == weights_name:
+        return context_before <= weights_before
+    if f" {context_name} " in f" {weights_name} " or f" {weights_name} " in f" {context_name} ":
+        return len(context_name) > len(weights_name)
+    return None
 
 
 def context_wins(by_context: Generation, by_weights: Generation, source: str) -> bool:
-    """Whether the context's answer is given: the one the documents bear out, where one alone is; else the surer
-    (a tie goes to context)."""
+    """Whether the context's answer is given. The first way whose answer opens with what the documents say
+    (`opened_with`: a cloze's continuation) is given, the context's first; else the first whose answer names what
+    they say (`named_first`: a question's sentence); else the surer (a tie goes to context). Where both give one
+    name, the answer that gives it sooner or in full (`one_name`). The model reading the text comes before its
+    deltas: a delta trained on a paragraph is sure of its words whatever it is asked."""
     words = said(source)
-    context_read, weights_read = borne_out(by_context.text, words), borne_out(by_weights.text, words)
-    if context_read != weights_read:
-        return context_read
+    for bears in (opened_with, named_first):
+        context_read, weights_read = bears(by_context.text, words), bears(by_weights.text, words)
+        if context_read and weights_read and (same := one_name(context_read, weights_read)) is not None:
+            return same
+        if context_read or weights_read:
+            return context_read is not None
     return sureness(by_context) >= sureness(by_weights)
 
 

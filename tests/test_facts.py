@@ -162,16 +162,24 @@ def test_training_on_made_probes_stops_once_no_more_of_them_come():
     assert not stalled([3, 3])  # too early to tell
 
 
-def test_both_ways_give_the_answer_the_documents_bear_out_and_else_the_surer():
+def test_both_ways_give_the_answer_the_documents_bear_out_the_contexts_first_and_else_the_surer():
     from service.in_context import context_wins
     from serving.generation import Generation
 
-    source = "Gustel is the capital of Zufa. Lake Tirrowen receives the waters of the Velmarra."
+    source = "Gustel is the capital of Zufa. Lake Tirrowen receives the waters of the Velmarra, 186 metres below."
     answer = lambda text, confidence: Generation(text, 1, 1, "length", 1, confidence=confidence)
     assert context_wins(answer(" Gustel, a city", -2.0), answer(" Paris, the", -0.1), source)  # read, not known
     assert not context_wins(answer(" Berlin.", -0.1), answer(" the Lake Tirrowen", -3.0), source)
-    assert not context_wins(answer(" Gustel", -2.0), answer(" Lake Tirrowen", -1.0), source)  # both: the surer
+    assert context_wins(answer(" Gustel", -2.0), answer(" Lake Tirrowen", -1.0), source)  # both: the text's reader
     assert context_wins(answer(" Oslo", -1.0), answer(" Rome", -1.0), source)  # neither, a tie: context
+    assert not context_wins(answer(" Oslo", -1.0), answer(" Rome", -0.5), source)  # neither: the surer
+    # A question's answer is a sentence: the first name or number in its first line is what the text must hold.
+    assert context_wins(answer(" It flows into Lake Tirrowen.", -2.0), answer(" The Rhine, in", -0.1), source)
+    assert not context_wins(answer(" It is about 90 metres", -0.1), answer(" The lake lies 186 metres", -2.0),
+                            source)
+    assert not context_wins(answer(" now Gustel", -0.1), answer(" Gustel", -2.0), source)  # the same: said sooner
+    assert not context_wins(answer(" Tirrowen.", -0.1), answer(" Lake Tirrowen.", -2.0), source)  # said in full
+    assert context_wins(answer(" 186\nQuestion:", -2.0), answer(" 186?\n\nWhether", -0.1), source)  # a line ends it
 
 
 def test_the_subject_is_what_the_first_sentence_opens_with_and_the_others_speak_of():
@@ -206,6 +214,11 @@ def test_the_subject_is_what_the_first_sentence_opens_with_and_the_others_speak_
     assert main("At 300 metres, the Ponte das Corvos is the longest bridge in Velmora.") == "Ponte das Corvos"
     first = "Brooks Brothers, founded in 1818, named Ilse Brandmoor its chief executive, the Vorland Choir said."
     assert about.lead(first, examples.sentence_spans(first), subjects.name_spans(first)) == "Brooks Brothers"
+    slopes = ("Covering 40 hectares on the slopes of Mount Brenn, the Osterlund Vineyard makes a dry white wine. Its "
+              "cellar master is Anneke Rolf.")
+    assert main(slopes) == "Osterlund Vineyard"  # a present participle opens the phrase
+    abbey = "Reading Abbey, founded in 1121, lies in ruins. Its founder was Henry I."
+    assert about.lead(abbey, examples.sentence_spans(abbey), subjects.name_spans(abbey)) == "Reading Abbey"
 
 
 def test_a_long_run_of_dates_before_a_pronoun_is_one_prompt_not_a_recursion():

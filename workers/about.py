@@ -75,8 +75,9 @@ def lead(text: str, sentences: list[Span], spans: list[tuple[int, int, str]]) ->
     start = begin + (match.end() if (match := DATE_LEAD.match(text[begin:end])) else 0)
     # A phrase opens with a preposition or with a word capitalised by its place, not with a name ("Brooks Brothers,
     # founded in 1818, ...").
+    first_name = next((text[a:b] for a, b, _ in spans if a == start), "")
     if (opening := OPENING.match(text[start:end])) and \
-            next((text[a:b] for a, b, _ in spans if a == start), "") in ("", opening["first"]) and \
+            (first_name in ("", opening["first"]) or by_position(first_name)) and \
             (opening["first"].lower() in OPENERS or by_position(opening["first"])):
         start += opening.end()
     a, b = next(((a, b) for a, b, _ in spans if a >= start), (end, end))
@@ -88,12 +89,15 @@ def lead(text: str, sentences: list[Span], spans: list[tuple[int, int, str]]) ->
 
 
 def by_position(name: str) -> bool:
-    """Whether a name that opens a sentence is one only by its place there: a common past participle or plural
-    ("Published in 1958, ...", "Built in 1931, ...", "Called the Kestrel Room, ...", "Crowds filled ..."): not what a
-    document is about. Asked only of a sentence's first name ("United Nations" inside a sentence is a name)."""
+    """Whether a name that opens a sentence is one only by its place there: a common participle or plural
+    ("Published in 1958, ...", "Built in 1931, ...", "Called the Kestrel Room, ...", "Covering 310 hectares, ...",
+    "Crowds filled ..."): not what a document is about. Asked only of a sentence's first name ("United Nations"
+    inside a sentence is a name)."""
     first = name.split()[0].lower()
     if " " not in name and IRREGULAR.get(first) == first:
         return True
+    if first.endswith("ing") and len(first) > 5 and not any(w[:1].isupper() for w in name.split()[1:]):
+        return subjects.familiar(first)  # not a name's first word: "Reading Abbey", "Sterling Bank"
     if first.endswith("ed") and len(first) > 4:
         return subjects.familiar(first)
     return " " not in name and first.endswith("s") and subjects.familiar(first[:-1])
