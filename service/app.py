@@ -10,13 +10,13 @@ from contextlib import asynccontextmanager
 
 import anyio.to_thread
 from fastapi import APIRouter, FastAPI
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 import methods  # noqa: F401  (registers every method folder)
 from service.errors import install_error_handlers
 from service.generations import GenerationService
 from service.metrics import Metrics
-from service.middleware import RequestGuard, allowed_hosts
+from service.middleware import RequestGuard, allowed_hosts, on_start
 from service.openai.routes import router as openai_router
 from service.rate_limit import RateLimit
 from service.routes import console, docs, documents, generate, health, metrics, probes, versions
@@ -95,13 +95,8 @@ class Measured:
                                 extra={"fields": {"method": method, "route": route, "status": status,
                                                   "ms": round(1000 * seconds, 1)}})
 
-        async def measuring(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                measure(message["status"])
-            await send(message)
-
         try:
-            await self.app(scope, receive, measuring)
+            await self.app(scope, receive, on_start(send, measure))
         except Exception:
             if not measured:  # the server's error handler answers 500
                 measure(500)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -32,6 +33,15 @@ async def error(send: Send, status: int, code: str, message: str, request_id: st
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             *tagged, *extra]})
     await send({"type": "http.response.body", "body": body})
+
+
+def on_start(send: Send, started: Callable[[int], None]) -> Send:
+    """`send`, telling `started` the response's status as its head goes out (a stream's before its first chunk)."""
+    async def watched(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            started(message["status"])
+        await send(message)
+    return watched
 
 
 def host_name(host: str) -> str:

@@ -17,10 +17,10 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from core.keys import KeyConfig, find_caller
-from service.middleware import error, header
+from service.middleware import error, header, on_start
 
 UNLIMITED_PATHS = ("/health", "/ready")
 TARPIT_S = 1.0  # the longest a refused request is held before its 429
@@ -76,15 +76,9 @@ class RateLimit:
             self.buckets.popitem(last=False)
         wait_s = take(bucket, now, self.per_s, self.burst)
         if not wait_s:
-            status = 0
-
-            async def watched(message: Message) -> None:
-                nonlocal status
-                if message["type"] == "http.response.start":
-                    status = message["status"]
-                await send(message)
-            await self.app(scope, receive, watched)
-            if status in REFUSED:
+            statuses: list[int] = []
+            await self.app(scope, receive, on_start(send, statuses.append))
+            if statuses and statuses[0] in REFUSED:
                 owe(bucket, REFUSED_COST - 1, self.burst)
             return
         await asyncio.sleep(min(wait_s, TARPIT_S))
