@@ -20,7 +20,9 @@ With --retrieval, every current fact is also answered with the knowledge as cont
 and with its own document in context (bench/answering.py). With --no-probes the documents are sent without probes
 (the server makes its own); the scores still use the benchmark's probes, and the server's auto-probes are compared
 with them (how many ask for a benchmark probe's answer, how many of the set's facts some auto-probe asks for, how
-many ask for the subject, documents left without one). Writes results.json and teach.png (seconds and NF against
+many ask for the subject, documents left without one). With --before-learned, every document is posted at once and
+every current fact is first asked as context and both before any is waited for: what a document answers while its
+delta is still being learned. Writes results.json and teach.png (seconds and NF against
 documents taught).
 """
 from __future__ import annotations
@@ -29,6 +31,7 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -100,9 +103,9 @@ def facts_of(documents: list[dict]) -> list[dict]:
 
 
 def teach(url: str, documents: list[dict], method: str | None, weighting: str | None, probes: bool,
-          at_once: bool = False) -> list[dict]:
+          at_once: bool = False, meanwhile: Callable[[], None] = lambda: None) -> list[dict]:
     """Each document posted once the one before is final; `at_once`: all posted first (workers that learn side by
-    side), a document's seconds then counted from the first post."""
+    side), a document's seconds then counted from the first post, and `meanwhile` run before any is waited for."""
     def post(doc: dict) -> str:
         sent = [fact["probe"] for fact in facts_of([doc])] if probes else []
         body = {"text": doc["text"], "probes": sent,
@@ -112,6 +115,7 @@ def teach(url: str, documents: list[dict], method: str | None, weighting: str | 
         return r.json()["document_id"]
     rows, first = [], time.perf_counter()
     posted = [post(doc) for doc in documents] if at_once else []
+    meanwhile()
     for i, doc in enumerate(documents):
         started = first if at_once else time.perf_counter()
         record = wait_for_document(url, posted[i] if at_once else post(doc), timeout_s=3600)
@@ -161,26 +165,55 @@ def replaced(documents: list[dict], facts: list[dict]) -> list[bool]:
             for fact in facts]
 
 
+def marked(documents: list[dict]) -> tuple[list[dict], list[bool]]:
+    """The documents' facts, each marked current unless a later document replaces it, and which are replaced."""
+    facts = facts_of(documents)
+    gone = replaced(documents, facts)
+    for fact, out in zip(facts, gone):
+        fact["current"] = not out
+    return facts, gone
+
+
+def per_document(rows: list[dict], facts: list[dict], answers: list[dict]) -> None:
+    """Each fact is marked committed where its document is, and each document's row gets its current facts' shares
+    by weights: a subset can be scored apart."""
+    for fact in facts:
+        fact["committed"] = rows[fact["document"]]["status"] == "committed"
+    for i, row in enumerate(rows):
+        mine = [r["modes"]["weights"] for f, r in zip(facts, answers) if f["document"] == i and f["current"]]
+        row.update({form: share([m[form] for m in mine if form in m]) for form in FORMS})
+
+
+def before_learned(url: str, facts: list[dict], texts: list[str], modes: tuple[str, ...]) -> dict:
+    """Every current fact asked as soon as every document is posted, with the knowledge as context (and both): what
+    a document answers before its delta is learned. How long the answers took, and how many documents were
+    committed by the time they were all given (the others were read from their text alone)."""
+    started = time.perf_counter()
+    answers = score(url, facts, texts, modes, asked=lambda fact: fact["current"])
+    records = httpx.get(f"{url}/documents", params={"limit": 500}, timeout=60).json()["items"]
+    return {"answers": summary([r for f, r in zip(facts, answers) if f["current"]], modes),
+            "answered_in_s": round(time.perf_counter() - started, 1),
+            "committed_by_then": sum(r["status"] == "committed" for r in records)}
+
+
 def run(url: str, documents: list[dict], method: str | None, weighting: str | None = None, probes: bool = True,
-        lama: Path | None = None, modes: tuple[str, ...] = ("weights",), at_once: bool = False) -> dict:
+        lama: Path | None = None, modes: tuple[str, ...] = ("weights",), at_once: bool = False,
+        early: tuple[str, ...] = ()) -> dict:
     prompts = general_prompts()
     before = [complete(url, p) for p in prompts]
     lama_set = lama_probes(lama, url) if lama else []
     neighbours = {prompt: complete(url, prompt) for doc in documents for prompt in doc.get("neighbours", [])}
-    rows = teach(url, documents, method, weighting, probes, at_once)
-    neighbours_after = {prompt: complete(url, prompt) for prompt in neighbours}
-    facts = facts_of(documents)
-    gone = replaced(documents, facts)
+    facts, gone = marked(documents)
     texts = [doc["text"] for doc in documents]
-    for fact, out in zip(facts, gone):
-        fact["current"], fact["committed"] = not out, rows[fact["document"]]["status"] == "committed"
+    asked_early: dict = {}
+    rows = teach(url, documents, method, weighting, probes, at_once,
+                 lambda: asked_early.update(before_learned(url, facts, texts, early)) if early else None)
+    neighbours_after = {prompt: complete(url, prompt) for prompt in neighbours}
     answers = score(url, facts, texts, modes, asked=lambda fact: fact["current"])
     old = score(url, [f for f, out in zip(facts, gone) if out], texts, ("weights",))
     old_given = [r for r in old if r["modes"]["weights"].get("rel") or r["modes"]["weights"].get("gen")]
     after = [complete(url, p) for p in prompts]
-    for i, row in enumerate(rows):  # per document too: a subset can be scored apart
-        mine = [r["modes"]["weights"] for f, r in zip(facts, answers) if f["document"] == i and f["current"]]
-        row.update({form: share([m[form] for m in mine if form in m]) for form in FORMS})
+    per_document(rows, facts, answers)
     current = [(f, r) for f, r in zip(facts, answers) if f["current"]]
     committed = [r for f, r in current if f["committed"]]
     seconds = [row["seconds"] for row in rows]
@@ -202,6 +235,8 @@ def run(url: str, documents: list[dict], method: str | None, weighting: str | No
         "question_answering": summary(committed, ("weights",))["weights"]["qa"],
         # Every current fact (a rejected document's too), each way of answering (bench/answering.py).
         "answers": summary([r for _, r in current], modes),
+        # --before-learned: the same asked as soon as every document was posted, as context and both.
+        "before_learned": asked_early or None,
         # A question that needs two taught facts (a fact's `two_facts` paraphrase, bench/sets/two-facts.jsonl).
         "two_facts": share([r["modes"]["weights"]["gen"] for f, r in current if f.get("two_facts")]),
         "nf_acc_min": min(nf) if nf else None,
@@ -266,6 +301,9 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--workers", type=int, default=0,
                         help="learn in this many `ckl worker` processes (one PyTorch thread each, a Redis queue), all "
                              "documents posted at once; 0: the server's embedded learner, one document at a time")
+    parser.add_argument("--before-learned", action="store_true",
+                        help="post every document at once and ask every current fact as context and both before "
+                             "waiting for any (a document is read as context from the moment it is stored)")
     parser.add_argument("--out", type=Path, default=RESULTS_ROOT / "teach")
     args = parser.parse_args(argv)
     if args.lama_passages:
@@ -275,8 +313,10 @@ def main(argv: list[str]) -> None:
     modes = tuple(args.modes.split(",")) if args.modes else MODES if args.retrieval else ("weights",)
     second_nf = None if args.lama_passages else args.lama  # the passages' rows are what is taught
     started, at_once = time.time(), args.workers > 0
+    early = ("context", "both") if args.before_learned else ()
     if args.url:
-        summary = run(args.url, facts, args.method, args.weighting, not args.no_probes, second_nf, modes, at_once)
+        summary = run(args.url, facts, args.method, args.weighting, not args.no_probes, second_nf, modes,
+                      at_once or bool(early), early)
     else:
         from bench.api_scale import fill, redis_without_worker
         from core.settings import Settings
@@ -286,7 +326,8 @@ def main(argv: list[str]) -> None:
             url = stack.enter_context(running_server(
                 Settings().models_dir, prepare=(lambda data: fill(data, args.fill)) if args.fill else None,
                 timeout_s=1800, env=env, workers=args.workers))
-            summary = run(url, facts, args.method, args.weighting, not args.no_probes, second_nf, modes, at_once)
+            summary = run(url, facts, args.method, args.weighting, not args.no_probes, second_nf, modes,
+                          at_once or bool(early), early)
     summary |= {"command": "ckl bench teach " + " ".join(argv), "git_commit": git_commit(),
                 "facts_file": str(args.facts), "filled": args.fill, "workers": args.workers,
                 "wall_s": round(time.time() - started)}

@@ -16,6 +16,7 @@ from core.namespaces import namespace_of
 from core.served import Choice
 from core.state import Knowledge as VersionKnowledge
 from core.state import resolve, restored_by
+from service.accepted import Accepted
 from service.errors import ApiError, busy, field_error
 from service.in_context import InContext, surer, with_context
 from service.metrics import Metrics
@@ -53,6 +54,7 @@ class GenerationService:
         self._per_key_lock = threading.Lock()
         self._scheduler: Scheduler | None = None
         self._scheduler_lock = threading.Lock()
+        self._accepted = Accepted(self.settings.routing_threshold)
         runtime.decoding = self.decoding
 
     def decoding(self, within_s: float = BUSY_GAP_S) -> bool:
@@ -135,6 +137,14 @@ class GenerationService:
         except UnknownDocument:
             return None
 
+    def accepted(self, version: int | None, choice: Choice) -> Callable[[str], list[dict[str, Any]]]:
+        """The documents not learned yet a prompt reaches as context: for a request that routes on the current
+        version (service/accepted.py)."""
+        if version is not None or choice.named:
+            return lambda prompt: []
+        keys = self._accepted.keys(self.runtime.documents.pending(), choice.namespaces, self.serving().per_document)
+        return lambda prompt: self._accepted.reached(prompt, keys)
+
     def loader(self, version: int | None) -> Callable[[], VersionKnowledge] | None:
         """How to load `version` if the served model does not hold it (None for version 0, always held)."""
         return (lambda: resolve(self.runtime.versions, version)) if version else None
@@ -170,7 +180,7 @@ class GenerationService:
             load = self.loader(version)
             if knowledge_as != "weights":
                 made = with_context(self.serving(), ids, version, load, choice, self.text_of,
-                                    self.settings.limits.max_prompt_tokens)
+                                    self.settings.limits.max_prompt_tokens, self.accepted(version, choice))
         except BaseException:
             slot.release()
             raise

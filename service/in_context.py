@@ -3,7 +3,8 @@
 A request chooses how its knowledge answers (`knowledge_as`): as weights (the routed documents' deltas, the
 default), as context (their text before the prompt, every delta off), or both: the prompt answered both ways at
 once, and the answer the documents bear out given (the context's first; `context_wins`), or where neither is, the
-one the model is surer of (the mean log-probability of its first tokens); `answered_as` says which. The
+one the model is surer of (the mean log-probability of its first tokens), or the context's where no delta answered
+(the documents are not learned yet: service/accepted.py); `answered_as` says which. The
 documents are those the prompt is routed to in the version it runs on (or those it names), best route score first,
 as many as fit the prompt limit, at most MAX_DOCUMENTS; the answer cites them. What context costs is the documents'
 tokens: the answer's `prompt_tokens` counts them (both ways' tokens with both).
@@ -45,12 +46,16 @@ def joined(ids: list[int], bos: int | None, texts: list[list[int]]) -> list[int]
 
 
 def with_context(serving: ServingModel, ids: list[int], version: int | None, load: Callable[[], Knowledge] | None,
-                 choice: Choice, text_of: Callable[[str], str | None], max_tokens: int) -> InContext:
+                 choice: Choice, text_of: Callable[[str], str | None], max_tokens: int,
+                 accepted: Callable[[str], list[dict]] = lambda prompt: []) -> InContext:
     """The request with its knowledge as context: its prompt with the routed documents' text before it (within
-    `max_tokens` in all), routed on the prompt it sent, every delta off."""
+    `max_tokens` in all), routed on the prompt it sent, every delta off. `accepted`: the documents not learned yet
+    that the prompt reaches (service/accepted.py), cited as the learned ones are, after them on a tie."""
     prompt = serving.tokenizer.decode(ids, skip_special_tokens=True)
     with serving.pinned(version, load) as pinned:
         used = serving.cite(pinned, prompt, serving.routes(pinned, prompt, choice))
+    learned = {u.get("document_id") for u in used}
+    used += [u for u in accepted(prompt) if u["document_id"] not in learned]  # committed meanwhile: once
     texts, documents, read, room = [], [], [], max_tokens - len(ids)
     for document_id in ranked(used)[:MAX_DOCUMENTS]:
         if (text := text_of(document_id)) is None:
@@ -160,12 +165,15 @@ def context_wins(by_context: Generation, by_weights: Generation, source: str) ->
 
 def surer(run: Run, as_context: InContext, ids: list[int], choice: Choice) -> Generation:
     """The prompt answered with its knowledge as context and as weights at once (`run(ids, choice)` decodes one in
-    the batch), and the answer given of the two (`context_wins`). Its usage counts both ways' tokens."""
+    the batch), and the answer given of the two (`context_wins`; the context's where the weights' used no knowledge
+    and the context some). Its usage counts both ways' tokens."""
     with ThreadPoolExecutor(2) as pool:  # both submitted before either is waited for: decoded side by side
         futures = [pool.submit(final, run(as_context.ids, as_context.choice)),
                    pool.submit(final, run(ids, choice))]
         by_context, by_weights = (future.result() for future in futures)
-    if context_wins(by_context, by_weights, as_context.text):
+    # The weights' answer used no knowledge (no delta is routed: the documents are not learned yet) while the context
+    # holds some: only the text knows anything.
+    if as_context.documents and not by_weights.used or context_wins(by_context, by_weights, as_context.text):
         winner, other = by_context, by_weights
         winner.context, winner.answered_as = as_context.documents, "context"
     else:

@@ -13,6 +13,7 @@ from core.settings_groups import GROUPS, group_of
 from service.app import create_app
 from serving.runtime import Runtime
 from tests.tiny import tiny_loaded
+from workers.job import learn_document
 from workers.learner import Learner
 from workers.preview import AutoProbePreview
 
@@ -40,9 +41,11 @@ def tiny_settings(data_dir, methods: dict[str, dict] | None = None, **overrides)
 
 @contextmanager
 def tiny_client(settings: Settings) -> Iterator[TestClient]:
-    """A ready client; the server and the learner each hold their own tiny model, as two processes would."""
+    """A ready client; the server and the learner each hold their own tiny model, as two processes would. With a
+    Redis URL, the jobs go to RQ for a `ckl worker` (none runs here)."""
     learner = Learner(settings, loaded=tiny_loaded())
-    runtime = Runtime.create(settings, run_job=learner.learn, load=tiny_loaded, preview=AutoProbePreview(settings))
+    run_job = learn_document if settings.redis_url else learner.learn
+    runtime = Runtime.create(settings, run_job=run_job, load=tiny_loaded, preview=AutoProbePreview(settings))
     with TestClient(create_app(runtime), base_url="http://127.0.0.1") as client:  # an open server serves loopback
         deadline = time.monotonic() + 60
         while client.get("/ready").status_code != 200:

@@ -2,6 +2,7 @@
 (the documents cited, chosen by hand, give the same tokens; `off` gives version 0's), streamed and OpenAI answers
 carry it, and a key cannot name a document it may not see."""
 import json
+import uuid
 
 import openai
 
@@ -98,16 +99,45 @@ def assert_knowledge_as_context(client, veltoria: str, used: list[dict]) -> None
     assert ask(client, prompt="the capital of", knowledge_as="both")["knowledge"]["context"] == []
 
 
+def test_a_document_not_learned_yet_is_read_as_context_from_the_moment_it_is_stored(tmp_path, redis_url):
+    """No worker takes the queue (a real Redis), so the document stays queued: a prompt that names it gets its text
+    as context, the same tokens as that text sent before the prompt to version 0, while the weights answer without
+    it; another namespace's key and a request on a version asked by name do not reach it."""
+    keys = [KeyConfig(name=n, sha256=hash_key(f"key-{n}"), scopes=["teach", "generate"], namespace=n)
+            for n in ("acme", "globex")]
+    acme, globex = ({"Authorization": f"Bearer key-{n}"} for n in ("acme", "globex"))
+    settings = tiny_settings(tmp_path, methods=FAST, api_keys=keys, redis_url=redis_url,
+                             queue_name=f"accepted-{uuid.uuid4().hex[:8]}")
+    with tiny_client(settings) as client:
+        client.headers.update(acme)
+        posted = client.post("/documents", json=VELTORIA)
+        assert posted.status_code == 202, posted.text
+        document = posted.json()["document_id"]
+        assert client.get(f"/documents/{document}").json()["status"] == "queued"
+        context = ask(client, knowledge_as="context")
+        assert context["knowledge"]["context"] == [document] and context["knowledge"]["version"] == 0
+        by_hand = ask(client, "off", prompt=VELTORIA["text"] + "\n" + PROMPT)
+        assert (context["text"], context["prompt_tokens"]) == (by_hand["text"], by_hand["prompt_tokens"])
+        assert ask(client)["knowledge"]["used"] == [] and ask(client, prompt="the capital of",
+                                                               knowledge_as="context")["knowledge"]["context"] == []
+        other = client.post("/generate", headers=globex,
+                            json={"prompt": PROMPT, "max_new_tokens": 4, "knowledge_as": "context"}).json()
+        pinned = client.post("/v1/completions", json={"model": "ckl-v0", "prompt": PROMPT, "max_tokens": 4,
+                                                      "temperature": 0, "knowledge_as": "context"}).json()
+        assert other["knowledge"]["context"] == [] and pinned["knowledge"]["context"] == []
+
+
 def test_both_gives_the_answer_the_model_is_surer_of():
     """`surer`: the way whose answer's first tokens have the higher mean log-probability (a tie, or neither known,
-    goes to context), cited as that way, its usage both ways'. The decoding is stood in for by answers made here."""
+    goes to context), cited as that way, its usage both ways'; the context's where no delta answered the other way.
+    The decoding is stood in for by answers made here."""
     from core.served import ROUTED
     from service.in_context import InContext, surer
     from serving.generation import Generation
 
-    def made(text: str, confidence: float | None, tokens: int) -> Generation:
+    def made(text: str, confidence: float | None, tokens: int, used: tuple[str, ...] = ("d1",)) -> Generation:
         return Generation(text, prompt_tokens=tokens, completion_tokens=2, finish_reason="stop", knowledge_version=1,
-                          confidence=confidence)
+                          confidence=confidence, used=[{"document_id": d} for d in used])
 
     as_context = InContext([1, 2, 3, 4], ROUTED, ["d1"])
     for by_context, by_weights, expected in ((-0.5, -0.1, "weights"), (-0.1, -0.5, "context"), (-0.3, -0.3, "context"),
@@ -116,6 +146,9 @@ def test_both_gives_the_answer_the_model_is_surer_of():
         result = surer(lambda ids, choice: iter([answers[len(ids)]]), as_context, [1, 2], ROUTED)
         assert result.answered_as == expected and result.prompt_tokens == 6 and result.completion_tokens == 4
         assert result.context == (["d1"] if expected == "context" else [])
+    # No delta answered the weights' way (the document is not learned yet): the text's answer, however unsure.
+    answers = {4: made("from the text", -3.0, 4), 2: made("the base model's", -0.1, 2, used=())}
+    assert surer(lambda ids, choice: iter([answers[len(ids)]]), as_context, [1, 2], ROUTED).answered_as == "context"
 
 
 def assert_unknown_knowledge_is_refused(client, taught_in_2: str) -> None:
