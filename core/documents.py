@@ -238,6 +238,11 @@ class DocumentStore:
     def pending(self) -> list[dict[str, Any]]:
         return self._records(select(table.c.record).where(IS_PENDING))
 
+    def pending_ids(self) -> list[str]:
+        """The pending records' ids, oldest first: what is pending, without reading every record."""
+        with self.engine.connect() as connection:
+            return list(connection.scalars(select(table.c.document_id).where(IS_PENDING).order_by(table.c.seq)))
+
     def unqueued(self, before: float) -> list[dict[str, Any]]:
         """Queued records made before `before` that no job names: the process that wrote one died before it
         queued the job (a write, then an enqueue, then the job id)."""

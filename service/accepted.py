@@ -10,9 +10,10 @@ one. A rejected, failed or erased document is no longer pending, so it is no lon
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from contextlib import suppress
 from typing import Any
 
+from core.documents import DocumentStore, UnknownDocument
 from core.namespaces import namespace_of
 from core.routing import KeyIndex, Keys, key_for
 from core.routing.route import route
@@ -21,25 +22,36 @@ from core.subjects import words
 
 
 class Accepted:
-    """The keys of the pending documents a prompt may reach, each made once (a document's text does not change
-    while it is pending) and dropped once the document is no longer pending."""
+    """The keys of the pending documents a prompt may reach. Each pending record is read once, when it is first
+    seen (its text does not change while it is pending), and its key dropped once it is no longer pending: a request
+    reads the pending ids, not every pending record."""
 
     def __init__(self, threshold: float) -> None:
         self.threshold = threshold
-        self._keys: dict[str, dict[str, float]] = {}
+        self._seen: dict[str, tuple[str, dict[str, float] | None]] = {}  # id -> (namespace, key; None: unreachable)
         self._lock = threading.Lock()
 
-    def keys(self, pending: Iterable[dict[str, Any]], namespaces: frozenset[str] | None,
-             per_document: dict[str, bool]) -> Keys:
-        """The keys of `pending` (records, oldest first) that a prompt within `namespaces` (None: all) may reach:
+    def keys(self, documents: DocumentStore, namespaces: frozenset[str] | None, per_document: dict[str, bool]) -> Keys:
+        """The keys of the pending documents that a prompt within `namespaces` (None: all) may reach, oldest first:
         documents to teach (not removals) of a method that routes per document."""
-        records = [r for r in pending if not r.get("removes") and per_document.get(r.get("method") or "", False)]
         with self._lock:
-            self._keys = {r["document_id"]: self._keys.get(r["document_id"]) or
-                          key_for(r.get("text") or "", [(p["prompt"], p["answer"]) for p in r.get("probes") or []],
-                                  self.threshold) for r in records}
-            return [(r["document_id"], self._keys[r["document_id"]]) for r in records
-                    if namespaces is None or namespace_of(r) in namespaces]
+            seen = {}
+            for document_id in documents.pending_ids():
+                if (known := self._seen.get(document_id)) is None:
+                    with suppress(UnknownDocument):  # erased since the ids were read
+                        known = self.first_seen(documents.get(document_id), per_document)
+                if known is not None:
+                    seen[document_id] = known
+            self._seen = seen
+        return [(d, key) for d, (namespace, key) in seen.items()
+                if key is not None and (namespaces is None or namespace in namespaces)]
+
+    def first_seen(self, record: dict[str, Any], per_document: dict[str, bool]) -> tuple[str, dict[str, float] | None]:
+        """A pending record's namespace and key (None for a removal, or a document of a whole-version method)."""
+        if record.get("removes") or not per_document.get(record.get("method") or "", False):
+            return namespace_of(record), None
+        probes = [(p["prompt"], p["answer"]) for p in record.get("probes") or []]
+        return namespace_of(record), key_for(record.get("text") or "", probes, self.threshold)
 
     def reached(self, prompt: str, keys: Keys) -> list[dict[str, Any]]:
         """The pending documents `prompt` is routed to, cited as a learned document is: id, score and terms."""

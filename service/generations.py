@@ -142,7 +142,7 @@ class GenerationService:
         version (service/accepted.py)."""
         if version is not None or choice.named:
             return lambda prompt: []
-        keys = self._accepted.keys(self.runtime.documents.pending(), choice.namespaces, self.serving().per_document)
+        keys = self._accepted.keys(self.runtime.documents, choice.namespaces, self.serving().per_document)
         return lambda prompt: self._accepted.reached(prompt, keys)
 
     def loader(self, version: int | None) -> Callable[[], VersionKnowledge] | None:
