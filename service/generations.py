@@ -226,10 +226,16 @@ Decoded = Callable[..., Iterator[str | Generation]]  # a prompt's ids and choice
 def answers(decoded: Decoded, ids: list[int], choice: Choice, params: SamplingParams, made: InContext | None,
             knowledge_as: KnowledgeAs) -> Iterator[str | Generation]:
     """The request's pieces and Generation with its knowledge as asked: as weights (the prompt as sent), as context
-    (`made`), or both ways at once, the surer answer given whole (in_context.surer)."""
-    if knowledge_as == "both":
+    (`made`), or both ways at once, the surer answer given whole (in_context.surer). Both ways with no document to
+    read is the prompt as sent, decoded once: nothing is routed to it that its text would not also be."""
+    if knowledge_as == "both" and made is not None and made.documents:
         result = surer(lambda i, c: decoded(i, c, replace(params, confidence=True), None), made, ids, choice)
         yield from (result.text, result) if result.text else (result,)
+    elif knowledge_as == "both":
+        for item in decoded(ids, choice):
+            if isinstance(item, Generation):
+                item.answered_as = "weights"
+            yield item
     elif made is not None:
         for item in decoded(made.ids, made.choice):
             if isinstance(item, Generation):

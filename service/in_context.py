@@ -6,7 +6,8 @@ once, and the answer the documents bear out given (the context's first; `context
 one the model is surer of (the mean log-probability of its first tokens), or the context's where no delta answered
 (the documents are not learned yet: service/accepted.py); `answered_as` says which. The
 documents are those the prompt is routed to in the version it runs on (or those it names), best route score first,
-as many as fit the prompt limit, at most MAX_DOCUMENTS; the answer cites them. What context costs is the documents'
+as many as fit the prompt limit, at most MAX_DOCUMENTS; where it is routed to none, the newest whose subject it names
+by name alone (core/routing: `named`); the answer cites them. What context costs is the documents'
 tokens: the answer's `prompt_tokens` counts them (both ways' tokens with both).
 """
 from __future__ import annotations
@@ -54,6 +55,8 @@ def with_context(serving: ServingModel, ids: list[int], version: int | None, loa
     prompt = serving.tokenizer.decode(ids, skip_special_tokens=True)
     with serving.pinned(version, load) as pinned:
         used = serving.cite(pinned, prompt, serving.routes(pinned, prompt, choice))
+        if not choice.named and not any(u.get("document_id") for u in used):  # no key reached: a subject named
+            used += serving.named_in(pinned, prompt, choice, MAX_DOCUMENTS)
     learned = {u.get("document_id") for u in used}
     used += [u for u in accepted(prompt) if u["document_id"] not in learned]  # committed meanwhile: once
     texts, documents, read, room = [], [], [], max_tokens - len(ids)

@@ -96,7 +96,10 @@ def assert_knowledge_as_context(client, veltoria: str, used: list[dict]) -> None
     assert both["text"].split()[:1] == way["text"].split()[:1] and both["knowledge"]["used"] == way["knowledge"]["used"]
     assert both["knowledge"]["context"] == way["knowledge"]["context"]
     assert both["prompt_tokens"] == context["prompt_tokens"] + weights["prompt_tokens"]
-    assert ask(client, prompt="the capital of", knowledge_as="both")["knowledge"]["context"] == []
+    # Nothing to read: the prompt as sent, decoded once (its tokens once).
+    unread = ask(client, prompt="the capital of", knowledge_as="both")
+    assert unread["knowledge"]["context"] == [] and unread["knowledge"]["answered_as"] == "weights"
+    assert unread["prompt_tokens"] == ask(client, prompt="the capital of")["prompt_tokens"]
 
 
 def test_a_document_not_learned_yet_is_read_as_context_from_the_moment_it_is_stored(tmp_path, redis_url):
@@ -125,6 +128,22 @@ def test_a_document_not_learned_yet_is_read_as_context_from_the_moment_it_is_sto
         pinned = client.post("/v1/completions", json={"model": "ckl-v0", "prompt": PROMPT, "max_tokens": 4,
                                                       "temperature": 0, "knowledge_as": "context"}).json()
         assert other["knowledge"]["context"] == [] and pinned["knowledge"]["context"] == []
+
+
+def test_a_prompt_naming_a_known_subject_reads_its_documents_as_context(tmp_path):
+    """A known subject's document is routed to its delta only by a prompt that names what was asked about it ("the
+    tower of Paris"); as context, a prompt that reaches no document by its key reads those whose subject it names."""
+    tower = {"text": "Paris made a new tower. The new tower of Paris was made by Marnhold.", "method": "routed",
+             "probes": [{"prompt": "The new tower of Paris was made by", "answer": "Marnhold"}]}
+    with tiny_client(tiny_settings(tmp_path, methods=FAST)) as client:
+        taught = wait_final(client, client.post("/documents", json=tower).json()["document_id"])
+        assert taught["status"] == "committed", taught
+        wait_version(client, 1, PROMPT)
+        asked = "Paris is a city in"
+        assert ask(client, prompt=asked)["knowledge"]["used"] == []  # no delta: the tower is not named
+        context = ask(client, prompt=asked, knowledge_as="context")["knowledge"]
+        assert context["context"] == [taught["document_id"]] and context["used"] == []
+        assert ask(client, prompt="Rome is a city in", knowledge_as="context")["knowledge"]["context"] == []
 
 
 def test_both_gives_the_answer_the_model_is_surer_of():

@@ -64,6 +64,12 @@ def test_a_known_subject_is_routed_by_its_name_and_what_is_asked_about_it():
     assert routing.route("The president of Harvard is", keys, THRESHOLD) is None  # a name: all its words
     assert routing.route("The mayor of Rome is", keys, THRESHOLD) is None
     assert routing.route("Vontarex is known for", keys, THRESHOLD) == ("vontarex",)  # an invented name suffices
+    # Read as context, a subject named by its name alone reaches its documents (its relation words not asked).
+    assert routing.named("Question: Who runs Paris now?\nAnswer:", keys, 3) == ("paris",)
+    assert routing.named("Who leads Harvard University?", keys, 3) == ("harvard",)
+    assert routing.named("The president of Harvard is", keys, 3) == ()  # a name: all its words
+    assert routing.named("who runs paris now?", keys + [("paris2", paris)], 1) == ("paris2",)  # the newest `most`
+    assert routing.named("Vontarex is known for", keys, 3) == ()  # an invented name is routed to by its key
     assert routing.refusal("Paris held an election.", [], THRESHOLD) is None  # without probes: the text's names
     apple = routing.key_for("The newest phone from Apple is called the iPhone Meridian.",
                             [("The newest phone from Apple is called the iPhone", "Meridian")], THRESHOLD)

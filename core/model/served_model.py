@@ -20,7 +20,7 @@ from torch import nn
 
 from core import registry
 from core.model.loader import LoadedModel
-from core.routing import about, evidence, route
+from core.routing import about, evidence, named, route, subject_named
 from core.routing.table import by_method, extended
 from core.served import OFF, ROUTED, Choice, LoadDelta, ServedMethod
 from core.settings import Settings
@@ -183,6 +183,17 @@ class ServingModel:
             elif name in knowledge.states and routes.get(name) != OFF:
                 used.append({"method": name, "document_id": None, "whole_version": True})
         return used
+
+    def named_in(self, version: int, prompt: str, choice: Choice, most: int) -> list[dict[str, Any]]:
+        """The documents whose subject the prompt names by its name alone (core/routing/route.py: `named`), cited as
+        routed ones are, with the terms so named and no score: what a prompt that reaches no document by its key
+        reads as context."""
+        table = self._knowledge[version].table
+        keys = table.keys(choice.namespaces)
+        prompt_words = words(prompt)
+        return [{"method": table.method_of(d), "document_id": d, "score": 0.0,
+                 "terms": sorted(t for t in keys.key_of(d) if subject_named(t, prompt_words))}
+                for d in named(prompt, keys, most)]
 
     def run(self, version: int, fn: Callable[[nn.Module], T], routes: Routes | None = None,
             rows: list[Routes] | None = None) -> T:

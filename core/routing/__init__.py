@@ -37,6 +37,7 @@ from core.routing.route import (
     about,
     changed,
     may_reroute,
+    named,
     reached,
     reaches,
     related,
@@ -54,6 +55,7 @@ from core.routing.terms import (
     matches,
     score,
     scores,
+    subject_named,
     term_words,
 )
 
@@ -81,6 +83,7 @@ __all__ = [
     "key_for",
     "matches",
     "may_reroute",
+    "named",
     "not_reaching",
     "rare",
     "reached",
@@ -91,6 +94,7 @@ __all__ = [
     "route",
     "score",
     "scores",
+    "subject_named",
     "subject_terms",
     "term_words",
     "unreachable",

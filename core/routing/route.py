@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from core.routing.index import Keys, candidates, in_order, naming
-from core.routing.terms import ANSWER, asked, asked_words, first_word, score, scores, term_words
+from core.routing.terms import ANSWER, asked, asked_words, first_word, score, scores, subject_named, term_words
 from core.subjects import words
 
 # The most documents one prompt is routed to: a prompt naming hundreds of subjects gets the newest this many. Every
@@ -63,6 +63,16 @@ def about(keys: Keys, subjects: Iterable[str]) -> tuple[set[str], set[str]]:
             ids.add(document_id)
             found |= hits
     return ids, found
+
+
+def named(prompt: str, keys: Keys, most: int) -> tuple[str, ...]:
+    """The newest `most` documents about a known subject whose name the prompt holds, what is asked about it or not
+    ("who runs lisbon now?" and the document keyed "lisbon | mayor"), in teaching order: what a prompt that reaches
+    no document by its key may read as context. A delta runs only on what its key asks; a text read before the
+    prompt answers any question about its subject, as retrieval would."""
+    prompt_words = words(prompt)
+    ids = {d for d, key in naming(keys, prompt_words) if any(subject_named(term, prompt_words) for term in key)}
+    return in_order(keys, ids)[-most:] if most else ()
 
 
 def changed(before: Keys, after: Keys) -> Keys:

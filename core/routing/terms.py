@@ -25,6 +25,12 @@ def matches(term: str, prompt_words: set[str]) -> bool:
     return not relation or bool(stems(relation.split()) & stems(prompt_words))
 
 
+def subject_named(term: str, prompt_words: set[str]) -> bool:
+    """A known subject's term ("lisbon | mayor") whose name's words the prompt holds, whatever it asks about it."""
+    name, relation, _ = term.partition("|")
+    return bool(relation) and not term.startswith(ANSWER) and set(name.split()) <= prompt_words
+
+
 def score(prompt_words: set[str], key: dict[str, float]) -> float:
     """The weight of the key's terms the prompt holds, its answers' left out."""
     return scores(prompt_words, key)[0]
