@@ -25,7 +25,7 @@ from core import database
 from core.database import documents as table
 from core.database import idempotency
 from core.fileio import read_json
-from core.lifecycle import PENDING, Status, after_failed_attempt, transition
+from core.lifecycle import FINAL, PENDING, Status, after_failed_attempt, transition
 
 TIMED = ("train_s", "gate_s", "score_before_s")  # a finished job's seconds, in columns of their own (/metrics)
 IS_PENDING = table.c.status.in_([s.value for s in PENDING])
@@ -184,6 +184,30 @@ class DocumentStore:
         """Move the record to `status`, with `fields`, in one write; raises IllegalTransition (nothing written)
         when the lifecycle does not allow the move from the status the record has now."""
         return self._write(document_id, fields, status)
+
+    def claim(self, document_id: str) -> dict[str, Any] | None:
+        """A worker starts an attempt at the document: it moves to training, the attempt counted, in one write; None
+        where it is final (learned, refused, or withdrawn since its job was queued), and nothing is written."""
+        return self._move_if(document_id, lambda record: record["status"] not in FINAL, Status.TRAINING,
+                             lambda record: {"attempts": record["attempts"] + 1, "error": None})
+
+    def withdraw(self, document_id: str) -> dict[str, Any] | None:
+        """Refuse a queued document to teach before any worker starts it (its owner's DELETE), in one write: no
+        worker can claim it after, nor it be withdrawn once claimed. None where it is not queued."""
+        def queued(record: dict[str, Any]) -> bool:
+            return record["status"] == Status.QUEUED and not record.get("removes")
+        return self._move_if(document_id, queued, Status.REJECTED,
+                             lambda record: {"error": "withdrawn before it was learned", "withdrawn": True})
+
+    def _move_if(self, document_id: str, when: Callable[[dict[str, Any]], bool], status: Status,
+                 fields: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any] | None:
+        with self._writing() as connection:
+            record = self._read(connection, document_id, lock=True)
+            if not when(record):  # read under the lock: another writer's move comes before or after, whole
+                return None
+            record.update(fields(record), status=transition(record["status"], status).value, updated_at=time.time())
+            self._store(connection, record)
+            return record
 
     def _write(self, document_id: str, fields: dict[str, Any], status: Status | None = None) -> dict[str, Any]:
         with self._writing() as connection:

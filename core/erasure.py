@@ -13,7 +13,7 @@ from core.versions import VersionStore
 
 # What a record keeps after erasure: bookkeeping, nothing derived from the text.
 RECORD_KEPT = ("document_id", "status", "method", "weighting", "owner", "namespace", "created_at", "updated_at",
-               "attempts", "job_id", "version", "timings", "removes")
+               "attempts", "job_id", "version", "timings", "removes", "withdrawn")
 # What the learning version's manifest keeps: what composing and listing versions read, nothing from the text.
 MANIFEST_KEPT = ("version", "parent", "documents", "method", "created_at", "delta_file", "delta_sha256",
                  "delta_bytes", "delta_object", "metrics", "gate", "routing", "namespace")

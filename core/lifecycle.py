@@ -31,6 +31,7 @@ MOVES: dict[Status, frozenset[Status]] = {
         Status.TRAINING,  # a worker starts the job
         Status.QUEUED,  # re-queued under a new job id (its job was lost), or an attempt failed before the learner
         Status.FAILED,  # not queued at all (the queue was down), or that early failure used the last retry
+        Status.REJECTED,  # withdrawn: its owner's DELETE before any worker started it (DocumentStore.withdraw)
     }),
     Status.TRAINING: frozenset({
         Status.EVALUATING,  # the candidate is trained

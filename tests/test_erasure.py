@@ -7,6 +7,7 @@ import hashlib
 import json
 import logging
 import shutil
+import uuid
 from pathlib import Path
 
 from ckl import fsck
@@ -84,6 +85,30 @@ def test_a_document_no_version_holds_is_erased_at_once(tmp_path):
         again = client.delete(f"/documents/{record['document_id']}")
         assert again.status_code == 200 and again.json()["erased"] is True
         assert documents.get(record["document_id"])["updated_at"] == written
+    assert leftovers(tmp_path, body) == []
+
+
+def test_a_document_no_worker_started_is_withdrawn_and_erased_at_once(tmp_path, redis_url):
+    """No worker takes the queue (a real Redis), so the document stays queued: DELETE withdraws it (200, erased at
+    once, nothing of it left), and its job, taken later, finds it final and learns nothing. A document a worker has
+    started is 409 until it is final."""
+    settings = tiny_settings(tmp_path, redis_url=redis_url, queue_name=f"withdraw-{uuid.uuid4().hex[:8]}")
+    body = {k: v for k, v in SECRET.items() if k != "idempotency_key"}
+    with tiny_client(settings) as client:
+        queued = client.post("/documents", json=SECRET).json()["document_id"]
+        withdrawn = client.delete(f"/documents/{queued}")
+        assert withdrawn.status_code == 200, withdrawn.text
+        assert withdrawn.json() == {"document_id": queued, "status": "rejected", "erased": True, "withdrawn": True}
+        assert client.learner.learn(queued) is Status.REJECTED  # its job, run now: final, nothing trained
+        assert client.get("/versions").json()["current"] == 0
+        started = client.post("/documents", json={**body, "text": "the capital of brennoria is tasvik",
+                                                   "probes": [{"prompt": "the capital of brennoria is",
+                                                               "answer": "tasvik"}]}).json()["document_id"]
+        client.learner.documents.move(started, Status.TRAINING)  # a worker has it
+        refused = client.delete(f"/documents/{started}")
+        assert refused.status_code == 409 and refused.json()["error"]["code"] == "being_learned"
+        assert refused.headers["retry-after"] == "10"
+        assert client.get(f"/documents/{started}").json()["status"] == "training"
     assert leftovers(tmp_path, body) == []
 
 

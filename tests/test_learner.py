@@ -23,13 +23,19 @@ def submit(learner: Learner, body: dict = FACT) -> str:
 
 
 def recorded_moves(learner: Learner) -> list[str]:
-    """The statuses the learner moves its documents to from now on, in order (filled as it runs)."""
-    moves, move = [], learner.documents.move
+    """The statuses the learner moves its documents to from now on, in order (filled as it runs): a claim (the
+    attempt's start) is the move to training."""
+    moves, move, claim = [], learner.documents.move, learner.documents.claim
 
     def recording(document_id, status, **fields):
         moves.append(str(status))
         return move(document_id, status, **fields)
-    learner.documents.move = recording
+
+    def claiming(document_id):
+        if (record := claim(document_id)) is not None:
+            moves.append(str(record["status"]))
+        return record
+    learner.documents.move, learner.documents.claim = recording, claiming
     return moves
 
 

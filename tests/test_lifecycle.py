@@ -31,7 +31,7 @@ def test_every_other_move_raises(current, new):
 
 @pytest.mark.parametrize("current,new", [
     ("committed", "training"), ("committed", "committed"), ("rejected", "committed"), ("failed", "queued"),
-    ("queued", "committed"), ("queued", "rejected"), ("queued", "evaluating"), ("evaluating", "evaluating"),
+    ("queued", "committed"), ("queued", "evaluating"), ("evaluating", "evaluating"),
 ])
 def test_the_moves_no_job_may_make(current, new):
     with pytest.raises(IllegalTransition):
@@ -43,6 +43,7 @@ def test_the_moves_retries_and_crashes_need():
     assert transition("evaluating", "training") is Status.TRAINING  # a rejection retried, a parent that moved
     assert transition("training", "training") is Status.TRAINING  # a crashed training picked up again
     assert transition("training", "committed") is Status.COMMITTED  # the version already held it
+    assert transition("queued", "rejected") is Status.REJECTED  # withdrawn: its owner's DELETE before any worker
 
 
 def test_a_final_status_has_no_moves_out_and_an_unknown_one_is_refused():

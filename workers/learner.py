@@ -78,10 +78,8 @@ class Learner:
         above), but one document at a time (a second job of it waits, then finds it final); with
         CKL_TRAINING_PARALLEL off, one learner at a time per store holds the lease."""
         with self.lease, document_lease(self.engine, self.parts.settings, document_id):
-            record = self.documents.get(document_id)
-            if record["status"] in FINAL:
-                return Status(record["status"])
-            record = self.documents.move(document_id, Status.TRAINING, attempts=record["attempts"] + 1, error=None)
+            if (record := self.documents.claim(document_id)) is None:  # final: learned, refused or withdrawn
+                return Status(self.documents.get(document_id)["status"])
             try:
                 return self._from_current({**record, "text": laid_out(record["text"] or "")})
             except Exception as exc:

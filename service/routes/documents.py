@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from core import erasure, registry, routing
 from core.documents import IdempotencyConflict, UnknownDocument
 from core.keys import Caller
-from core.lifecycle import Status
+from core.lifecycle import PENDING, Status
 from core.namespaces import SHARED, namespace_of
 from core.state import same_prompt
 from core.versions import UnknownVersion
@@ -122,8 +122,15 @@ def cost(runtime: Runtime, text: str, pending: int) -> Cost:
 def delete_document(document_id: str, runtime: RuntimeDep,
                     caller: TeachCaller) -> DocumentAccepted:
     """Take one document's contribution out (a removable method): a removal job makes a new, gated version. A
-    document no version holds (rejected or failed) is erased at once (200)."""
+    document no version holds (rejected or failed, or queued and not started yet: withdrawn) is erased at once
+    (200); one a worker is learning now, 409 until it is final."""
     target = owned(runtime, document_id, caller)
+    if target["status"] == Status.QUEUED and not target.get("removes") and \
+            runtime.versions.holding(document_id, runtime.versions.current()) is None:
+        target = runtime.documents.withdraw(document_id) or runtime.documents.get(document_id)  # or claimed since
+    if target["status"] in PENDING and not target.get("removes"):
+        raise ApiError(409, "being_learned", f"a worker is learning this document now ({target['status']}): DELETE "
+                                             "it again once it is final", headers={"Retry-After": "10"})
     if target["status"] in (Status.REJECTED, Status.FAILED) and not target.get("removes"):
         if target["status"] == Status.FAILED and (held := runtime.versions.holding(document_id,
                                                                                   runtime.versions.current())):
@@ -132,7 +139,8 @@ def delete_document(document_id: str, runtime: RuntimeDep,
                                                    "version before it")
         if not target.get("erased"):  # erased already: a repeated DELETE writes and scans nothing again
             erasure.erase(runtime.documents, runtime.versions, document_id, None)
-        return JSONResponse({"document_id": document_id, "status": target["status"], "erased": True})
+        return JSONResponse({"document_id": document_id, "status": target["status"], "erased": True,
+                             "withdrawn": bool(target.get("withdrawn"))})
     refuse_removal(runtime, target)
     require_serving(runtime)
     body = {"text": "", "probes": [], "method": target["method"], "weighting": "uniform", "removes": document_id,
