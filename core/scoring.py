@@ -108,6 +108,15 @@ def pad_batch(sequences: list[list[int]], pad_id: int, device: torch.device) -> 
     return ids.to(device), mask.to(device)
 
 
+def left_padded(prompts: list[list[int]], device: torch.device, pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The prompts as one batch padded on the left (each row's next token in the last column), and its attention
+    mask (0 on the padding)."""
+    length = max(len(ids) for ids in prompts)
+    ids = torch.tensor([[pad_id] * (length - len(row)) + row for row in prompts], device=device)
+    pads = torch.tensor([length - len(row) for row in prompts], device=device)
+    return ids, (torch.arange(length, device=device)[None, :] >= pads[:, None]).long()
+
+
 def answer_positions(encoded: list[tuple[list[int], int]]) -> tuple[list[int], list[int], list[int]]:
     """For each answer token: its row, the position that predicts it, and the gold id."""
     rows, cols, gold = [], [], []

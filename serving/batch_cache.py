@@ -22,14 +22,6 @@ def batchable(cache: object) -> bool:
                                                    for layer in cache.layers)
 
 
-def left_padded(prompts: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The prompts as one batch of input ids padded on the left, and its attention mask (0 on the padding)."""
-    length = max(len(ids) for ids in prompts)
-    ids = torch.tensor([[0] * (length - len(row)) + row for row in prompts], device=device)
-    pads = torch.tensor([length - len(row) for row in prompts], device=device)
-    return ids, (torch.arange(length, device=device)[None, :] >= pads[:, None]).long()
-
-
 def columns(cache: DynamicCache) -> int:
     return cache.get_seq_length()
 

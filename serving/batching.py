@@ -55,6 +55,7 @@ import torch
 
 from core.heap import give_back
 from core.model.served_model import ServingModel
+from core.scoring import left_padded
 from core.served import ROUTED, Choice
 from core.state import Knowledge
 from serving import batch_cache
@@ -237,7 +238,7 @@ class Scheduler:
         """The prompts of sequences with one key, left-padded into one forward pass; each row's first token, and
         the rows into their group (a prompt alone is not padded, so its first token is the one a lone request
         gets)."""
-        ids, mask = batch_cache.left_padded([s.prompt_ids for s in ready], self.serving.device)
+        ids, mask = left_padded([s.prompt_ids for s in ready], self.serving.device)
         padded = {"attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0)} if len(ready) > 1 else {}
         try:
             out = self.serving.run(ready[0].version, lambda m: m(input_ids=ids, use_cache=True, logits_to_keep=1,

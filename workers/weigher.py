@@ -11,7 +11,7 @@ import torch
 
 from core import subjects
 from core.namespaces import namespace_of
-from core.scoring import Probe
+from core.scoring import Probe, left_padded
 from core.settings import Settings
 from core.training import Example, UpdateMethod
 from workers import about, examples, linked
@@ -119,10 +119,9 @@ class Weigher:
         """Each prompt's greedy continuation of CONTINUATION_TOKENS, in one left-padded batch that keeps its cache
         (the prompts share a document: each step is one new token a row, not the whole text again)."""
         rows = [self.tokenizer(p)["input_ids"] for p in prompts]
-        width, pad = max(map(len, rows)), self.tokenizer.pad_token_id or 0
-        device = next(self.model.parameters()).device
-        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device)
-        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
+        pad = self.tokenizer.pad_token_id or 0
+        ids, mask = left_padded(rows, next(self.model.parameters()).device, pad)
+        width = ids.shape[1]
         out = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=CONTINUATION_TOKENS,
                                   do_sample=False, pad_token_id=pad)
         return self.tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
