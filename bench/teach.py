@@ -311,6 +311,8 @@ def main(argv: list[str]) -> None:
     else:
         facts = [json.loads(line) for line in args.facts.read_text().splitlines() if line.strip()][: args.n]
     modes = tuple(args.modes.split(",")) if args.modes else MODES if args.retrieval else ("weights",)
+    if "weights" not in modes:  # refused now, not after the whole run
+        parser.error("--modes must include weights: each document's learned facts and the replaced answers read it")
     second_nf = None if args.lama_passages else args.lama  # the passages' rows are what is taught
     started, at_once = time.time(), args.workers > 0
     early = ("context", "both") if args.before_learned else ()

@@ -166,7 +166,7 @@ BENCHES = {"generate": "bench.generate", "serve": "bench.serve", "dtype": "bench
            "phi-kept": "bench.phi_kept", "lama-orders": "bench.lama_ckl.orders", "abuse": "bench.abuse",
            "api-overhead": "bench.overhead", "auto-probes": "bench.auto_probes", "long-document": "bench.long_document",
            "scale": "bench.scale", "stores": "bench.stores", "step-time": "bench.step_time",
-           "text-passes": "bench.text_passes", "openmp-teams": "bench.openmp_teams"}
+           "text-passes": "bench.text_passes", "openmp-teams": "bench.openmp_teams", "reach": "bench.reach"}
 
 
 OWN_PARSERS = {"train-attention": "research.train_attention.cli", "fsck": "ckl.fsck"}

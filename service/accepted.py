@@ -1,7 +1,9 @@
 """Documents accepted but not learned yet, reached as context: a document's text can be read before the prompt from
 the moment it is stored, while its delta trains (a paragraph's takes about a minute here). A prompt reaches such a
 document as it would once learned: by the document's key (core/routing/), here made from its text and the probes it
-was sent with, as the learner makes its key before it trains.
+was sent with, as the learner makes its key before it trains, and for a document sent without probes, with a term
+for each known subject its opening sentence names (`reading_key`); where it reaches none so, by a known subject's
+name alone, as a learned document is read (`named`).
 
 Only a request on the current version reaches them (an older version is what it was), and only one that routes
 (a request that names its knowledge gets what it names); a document reached so is cited as context like a learned
@@ -15,7 +17,7 @@ from typing import Any
 
 from core.documents import DocumentStore, UnknownDocument
 from core.namespaces import namespace_of
-from core.routing import KeyIndex, Keys, key_for
+from core.routing import KeyIndex, Keys, named, reading_key
 from core.routing.route import route
 from core.routing.terms import evidence
 from core.subjects import words
@@ -51,12 +53,13 @@ class Accepted:
         if record.get("removes") or not per_document.get(record.get("method") or "", False):
             return namespace_of(record), None
         probes = [(p["prompt"], p["answer"]) for p in record.get("probes") or []]
-        return namespace_of(record), key_for(record.get("text") or "", probes, self.threshold)
+        return namespace_of(record), reading_key(record.get("text") or "", probes, self.threshold)
 
-    def reached(self, prompt: str, keys: Keys) -> list[dict[str, Any]]:
-        """The pending documents `prompt` is routed to, cited as a learned document is: id, score and terms."""
+    def reached(self, prompt: str, keys: Keys, most: int) -> list[dict[str, Any]]:
+        """The pending documents `prompt` is routed to, cited as a learned document is: id, score and terms; where
+        it is routed to none, the newest `most` about a known subject whose name it holds (core/routing: `named`)."""
         if not keys:
             return []
-        by_id = dict(keys)
+        index, by_id = KeyIndex(keys), dict(keys)
         return [{"document_id": d, **evidence(words(prompt), by_id[d])}
-                for d in route(prompt, KeyIndex(keys), self.threshold) or ()]
+                for d in route(prompt, index, self.threshold) or named(prompt, index, most)]

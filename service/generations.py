@@ -18,7 +18,7 @@ from core.state import Knowledge as VersionKnowledge
 from core.state import resolve, restored_by
 from service.accepted import Accepted
 from service.errors import ApiError, busy, field_error
-from service.in_context import InContext, surer, with_context
+from service.in_context import MAX_DOCUMENTS, InContext, surer, with_context
 from service.metrics import Metrics
 from service.schemas import DOCUMENT_NAME, Knowledge, KnowledgeAs
 from serving.batching import BUSY_GAP_S, Scheduler
@@ -143,7 +143,7 @@ class GenerationService:
         if version is not None or choice.named:
             return lambda prompt: []
         keys = self._accepted.keys(self.runtime.documents, choice.namespaces, self.serving().per_document)
-        return lambda prompt: self._accepted.reached(prompt, keys)
+        return lambda prompt: self._accepted.reached(prompt, keys, MAX_DOCUMENTS)
 
     def loader(self, version: int | None) -> Callable[[], VersionKnowledge] | None:
         """How to load `version` if the served model does not hold it (None for version 0, always held)."""

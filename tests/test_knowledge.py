@@ -128,6 +128,12 @@ def test_a_document_not_learned_yet_is_read_as_context_from_the_moment_it_is_sto
         pinned = client.post("/v1/completions", json={"model": "ckl-v0", "prompt": PROMPT, "max_tokens": 4,
                                                       "temperature": 0, "knowledge_as": "context"}).json()
         assert other["knowledge"]["context"] == [] and pinned["knowledge"]["context"] == []
+        # Sent without probes, a known subject's document is read by the subject its opening names.
+        tower = client.post("/documents", json={"text": "Paris made a new tower. It is tall.", "method": "routed",
+                                                "weighting": "uniform"})
+        assert tower.status_code == 202, tower.text
+        read = ask(client, prompt="paris is a city in", knowledge_as="context")["knowledge"]
+        assert read["context"] == [tower.json()["document_id"]]
 
 
 def test_a_prompt_naming_a_known_subject_reads_its_documents_as_context(tmp_path):

@@ -1,6 +1,7 @@
 """A document's key: its rare words, its answers' words, and a term per subject its probes ask about."""
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
 from wordfreq import zipf_frequency
@@ -59,6 +60,26 @@ def relation_words(name: str, prompts: Sequence[str], answers: Sequence[str]) ->
 
 def key_for(text: str, probes: Sequence[tuple[str, str]], threshold: float) -> dict[str, float]:
     return document_key(text, [answer for _, answer in probes], subject_terms(text, probes), threshold)
+
+
+OPENING_END = re.compile(r"[.!?](?=\s|$)|\n")  # a sentence's end, or a headline's
+OPENING_CHARS = 400  # where a text's opening is looked for: its subject comes first, and the pass stays bounded
+
+
+def reading_key(text: str, probes: Sequence[tuple[str, str]], threshold: float) -> dict[str, float]:
+    """The key a document not learned yet is read by (service/accepted.py): `key_for`'s, and for one sent without
+    probes, a term for each known subject its opening sentence names, asked about with that sentence's words
+    ("lisbon | mayor sworn" from "Lisbon has a new mayor: ... was sworn in"): nothing says yet what is asked
+    about it, and a text opens with its subject. The learner's key has it from the probes it makes."""
+    key = key_for(text, probes, threshold)
+    if probes:
+        return key
+    head = text.strip()[:OPENING_CHARS]
+    opening = head[:end.end()] if (end := OPENING_END.search(head)) else head
+    for name in names(opening):
+        if familiar(name) and (asked := relation_words(name, [opening], [])):
+            key.setdefault(f"{name} | {' '.join(sorted(asked))}", threshold)
+    return key
 
 
 def unreachable(text: str, probes: Sequence[tuple[str, str]], threshold: float) -> list[str]:
