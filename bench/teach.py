@@ -277,6 +277,14 @@ def plot(summary: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def mode_list(value: str) -> tuple[str, ...]:
+    """--modes, refused at once without weights (not after the whole run): each document's learned facts and the
+    replaced answers are read from it."""
+    if "weights" not in (modes := tuple(value.split(","))):
+        raise argparse.ArgumentTypeError("the modes must include weights")
+    return modes
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="ckl bench teach")
     parser.add_argument("-n", type=int, default=24, help="documents to teach (bench/facts.jsonl has 100, six templates)")
@@ -290,7 +298,7 @@ def main(argv: list[str]) -> None:
                         help="also answer every current fact the other ways: knowledge as context and as both, BM25 "
                              "retrieval (the top-2 documents before the prompt, version 0), and the fact's own "
                              "document before the prompt (version 0, the in-context upper bound)")
-    parser.add_argument("--modes", help=f"the ways to answer, comma-separated (default: weights; with --retrieval: "
+    parser.add_argument("--modes", type=mode_list, help=f"the ways to answer, comma-separated (default: weights; with --retrieval: "
                                            f"{','.join(MODES)})")
     parser.add_argument("--lama-passages", type=int, default=0,
                         help="teach this many LAMA-ckl Wikipedia evidence passages (variant_dev.jsonl, read from "
@@ -310,9 +318,7 @@ def main(argv: list[str]) -> None:
         facts = lama_passages(args.lama, args.lama_passages)
     else:
         facts = [json.loads(line) for line in args.facts.read_text().splitlines() if line.strip()][: args.n]
-    modes = tuple(args.modes.split(",")) if args.modes else MODES if args.retrieval else ("weights",)
-    if "weights" not in modes:  # refused now, not after the whole run
-        parser.error("--modes must include weights: each document's learned facts and the replaced answers read it")
+    modes = args.modes or (MODES if args.retrieval else ("weights",))
     second_nf = None if args.lama_passages else args.lama  # the passages' rows are what is taught
     started, at_once = time.time(), args.workers > 0
     early = ("context", "both") if args.before_learned else ()

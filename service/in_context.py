@@ -6,8 +6,8 @@ once, and the answer the documents bear out given (the context's first; `context
 one the model is surer of (the mean log-probability of its first tokens), or the context's where no delta answered
 (the documents are not learned yet: service/accepted.py); `answered_as` says which. The
 documents are those the prompt is routed to in the version it runs on (or those it names), best route score first,
-as many as fit the prompt limit, at most MAX_DOCUMENTS; where it is routed to none, the newest whose subject it names
-by name alone (core/routing: `named`); the answer cites them. What context costs is the documents'
+as many as fit the prompt limit, at most MAX_DOCUMENTS; where it is routed to none, the newest about a known subject
+whose name it holds (core/routing: `named`); the answer cites them. What context costs is the documents'
 tokens: the answer's `prompt_tokens` counts them (both ways' tokens with both).
 """
 from __future__ import annotations

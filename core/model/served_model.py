@@ -185,7 +185,7 @@ class ServingModel:
         return used
 
     def named_in(self, version: int, prompt: str, choice: Choice, most: int) -> list[dict[str, Any]]:
-        """The documents whose subject the prompt names by its name alone (core/routing/route.py: `named`), cited as
+        """The documents about a known subject whose name the prompt holds (core/routing/route.py: `named`), cited as
         routed ones are, with the terms so named and no score: what a prompt that reaches no document by its key
         reads as context."""
         table = self._knowledge[version].table
