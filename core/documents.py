@@ -188,33 +188,34 @@ class DocumentStore:
     def claim(self, document_id: str) -> dict[str, Any] | None:
         """A worker starts an attempt at the document: it moves to training, the attempt counted, in one write; None
         where it is final (learned, refused, or withdrawn since its job was queued), and nothing is written."""
-        return self._move_if(document_id, lambda record: record["status"] not in FINAL, Status.TRAINING,
-                             lambda record: {"attempts": record["attempts"] + 1, "error": None})
+        return self._write_if(document_id, lambda record: record["status"] not in FINAL,
+                              lambda record: {"attempts": record["attempts"] + 1, "error": None}, Status.TRAINING)
 
     def withdraw(self, document_id: str) -> dict[str, Any] | None:
         """Refuse a queued document to teach before any worker starts it (its owner's DELETE), in one write: no
         worker can claim it after, nor it be withdrawn once claimed. None where it is not queued."""
         def queued(record: dict[str, Any]) -> bool:
             return record["status"] == Status.QUEUED and not record.get("removes")
-        return self._move_if(document_id, queued, Status.REJECTED,
-                             lambda record: {"error": "withdrawn before it was learned", "withdrawn": True})
-
-    def _move_if(self, document_id: str, when: Callable[[dict[str, Any]], bool], status: Status,
-                 fields: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any] | None:
-        with self._writing() as connection:
-            record = self._read(connection, document_id, lock=True)
-            if not when(record):  # read under the lock: another writer's move comes before or after, whole
-                return None
-            record.update(fields(record), status=transition(record["status"], status).value, updated_at=time.time())
-            self._store(connection, record)
-            return record
+        return self._write_if(document_id, queued,
+                              lambda record: {"error": "withdrawn before it was learned", "withdrawn": True},
+                              Status.REJECTED)
 
     def _write(self, document_id: str, fields: dict[str, Any], status: Status | None = None) -> dict[str, Any]:
+        return self._write_if(document_id, lambda record: True, lambda record: fields, status)
+
+    def _write_if(self, document_id: str, when: Callable[[dict[str, Any]], bool],
+                  fields: Callable[[dict[str, Any]], dict[str, Any]],
+                  status: Status | None = None) -> dict[str, Any] | None:
+        """One write of `fields(record)` (and `status`), if `when(record)`: both read under the lock, so another
+        writer's move comes before or after this one, whole. None: not written."""
         with self._writing() as connection:
             record = self._read(connection, document_id, lock=True)
+            if not when(record):
+                return None
+            changed = fields(record)
             if status is not None:  # checked under the lock, against the status stored
-                fields = {**fields, "status": transition(record["status"], status).value}
-            record.update(fields, updated_at=time.time())
+                changed = {**changed, "status": transition(record["status"], status).value}
+            record.update(changed, updated_at=time.time())
             self._store(connection, record)
             return record
 
