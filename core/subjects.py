@@ -30,6 +30,7 @@ TIME_MARKERS = frozenset({"now", "new", "currently", "still", "today"})
 # A match starts only where a run of blanks starts: tried at every blank of a long run, the pattern backtracked over
 # the rest of the run each time (3.6 s for a document of 20,000 spaces, holding the GIL).
 TIME_MARKER = re.compile(r"(?<![ \t])[ \t]+(?:%s)(?=[\s.,;:!?)]|$)" % "|".join(sorted(TIME_MARKERS)))
+SENTENCE_END = re.compile(r"[.!?](?=\s|$)|\n")  # a sentence's end, or a line's (a headline's)
 WEIGHT_ORIGIN = 5.0  # a rare word weighs WEIGHT_ORIGIN - its Zipf frequency
 STEM = 6  # the letters `stems` keeps
 FAMILIAR_RARITY = 2.0  # a name whose words weigh less than this together is one English uses: a known subject

@@ -9,11 +9,8 @@ trained on their own).
 """
 from __future__ import annotations
 
-import re
-
+from core.subjects import SENTENCE_END
 from core.training import Example
-
-SENTENCE_END = re.compile(r"[.!?](?=\s|$)|\n")
 
 
 def sentence_starts(text: str, offsets: list[tuple[int, int]]) -> list[int]:

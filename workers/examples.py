@@ -135,7 +135,7 @@ MAX_FACTS = 24  # an article of 800 words states about 20
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:
     """Each sentence's character range, without the spaces around it."""
-    bounds = [0, *(m.end() for m in contexts.SENTENCE_END.finditer(text)), len(text)]
+    bounds = [0, *(m.end() for m in subjects.SENTENCE_END.finditer(text)), len(text)]
     spans = []
     for begin, end in itertools.pairwise(bounds):
         chunk = text[begin:end]

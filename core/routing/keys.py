@@ -1,14 +1,13 @@
 """A document's key: its rare words, its answers' words, and a term per subject its probes ask about."""
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 
 from wordfreq import zipf_frequency
 
 from core.routing.route import reaches
 from core.routing.terms import ANSWER, asked
-from core.subjects import FUNCTION_WORDS, TIME_MARKERS, familiar, names, subject_names, weight, words
+from core.subjects import FUNCTION_WORDS, SENTENCE_END, TIME_MARKERS, familiar, names, subject_names, weight, words
 
 KEY_MAX_ZIPF = 4.5  # words more common than this (about 3 in 100,000 words of English) are never key words
 RELATION_MAX_ZIPF = 5.5  # "president" (5.45) names a relation; "called", "city", "company" (5.6) say little
@@ -62,7 +61,6 @@ def key_for(text: str, probes: Sequence[tuple[str, str]], threshold: float) -> d
     return document_key(text, [answer for _, answer in probes], subject_terms(text, probes), threshold)
 
 
-OPENING_END = re.compile(r"[.!?](?=\s|$)|\n")  # a sentence's end, or a headline's
 OPENING_CHARS = 400  # where a text's opening is looked for: its subject comes first, and the pass stays bounded
 
 
@@ -75,7 +73,7 @@ def reading_key(text: str, probes: Sequence[tuple[str, str]], threshold: float) 
     if probes:
         return key
     head = text.strip()[:OPENING_CHARS]
-    opening = head[:end.end()] if (end := OPENING_END.search(head)) else head
+    opening = head[:end.end()] if (end := SENTENCE_END.search(head)) else head
     for name in names(opening):
         if familiar(name) and (asked := relation_words(name, [opening], [])):
             key.setdefault(f"{name} | {' '.join(sorted(asked))}", threshold)
