@@ -8,35 +8,40 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.answering import FORMS
 from bench.retrieval import bm25_top
 from bench.teach import general_prompts
-from core.routing import KeyIndex, key_for, named, reading_key, route
+from core.routing import key_for, reading_key, route
 from core.settings import Settings
+from service.accepted import Accepted
+from service.in_context import MAX_DOCUMENTS
 
-MOST = 3  # service/in_context.py: MAX_DOCUMENTS
+Reach = Callable[[str], set[str]]  # the documents a prompt reaches
 
 
-def reached(prompt: str, index: KeyIndex, threshold: float, fallback: bool) -> tuple[str, ...]:
-    return route(prompt, index, threshold) or (named(prompt, index, MOST) if fallback else ())
+def ways(texts: list[str], threshold: float) -> dict[str, Reach]:
+    """The text-only key, routed; and the reading key, as the service reaches a pending document (route, then name)."""
+    text_keys = [(str(i), key_for(t, [], threshold)) for i, t in enumerate(texts)]
+    reading = [(str(i), reading_key(t, [], threshold)) for i, t in enumerate(texts)]
+    accepted = Accepted(threshold)
+    return {"text_key": lambda prompt: set(route(prompt, text_keys, threshold) or ()),
+            "reading_key": lambda prompt: {u["document_id"] for u in accepted.reached(prompt, reading, MAX_DOCUMENTS)}}
 
 
 def shares(texts: list[str], facts: list[tuple[int, dict]], threshold: float) -> dict:
     """Per way, per form: the facts whose prompt reaches their own document, and the general prompts reaching any."""
-    ways = {"text_key": (KeyIndex([(str(i), key_for(t, [], threshold)) for i, t in enumerate(texts)]), False),
-            "reading_key": (KeyIndex([(str(i), reading_key(t, [], threshold)) for i, t in enumerate(texts)]), True)}
+    reach = ways(texts, threshold)
     out: dict = {}
     for form, (field, _) in FORMS.items():
         if form == "chat":
             continue
         asked = [(i, fact[field]["prompt"]) for i, fact in facts if fact.get(field)]
-        row = {way: sum(str(i) in reached(p, index, threshold, fallback) for i, p in asked)
-               for way, (index, fallback) in ways.items()}
+        row = {way: sum(str(i) in reached(p) for i, p in asked) for way, reached in reach.items()}
         out[form] = {**row, "bm25_first": sum(bm25_top(p, texts, 1) == [i] for i, p in asked), "of": len(asked)}
-    out["general_reaching"] = {way: sum(bool(reached(p, index, threshold, fallback)) for p in general_prompts())
-                               for way, (index, fallback) in ways.items()}
+    out["general_reaching"] = {way: sum(bool(reached(p)) for p in general_prompts()) for way, reached in reach.items()}
     return out
 
 

@@ -60,6 +60,6 @@ class Accepted:
         it is routed to none, the newest `most` about a known subject whose name it holds (core/routing: `named`)."""
         if not keys:
             return []
-        index, by_id = KeyIndex(keys), dict(keys)
-        return [{"document_id": d, **evidence(words(prompt), by_id[d])}
+        index = KeyIndex(keys)
+        return [{"document_id": d, **evidence(words(prompt), index.key_of(d))}
                 for d in route(prompt, index, self.threshold) or named(prompt, index, most)]
