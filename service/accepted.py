@@ -17,9 +17,7 @@ from typing import Any
 
 from core.documents import DocumentStore, UnknownDocument
 from core.namespaces import namespace_of
-from core.routing import KeyIndex, Keys, named, reading_key
-from core.routing.route import route
-from core.routing.terms import evidence
+from core.routing import KeyIndex, Keys, by_name, evidence, named, reading_key, route
 from core.subjects import words
 
 
@@ -60,6 +58,7 @@ class Accepted:
         it is routed to none, the newest `most` about a known subject whose name it holds (core/routing: `named`)."""
         if not keys:
             return []
-        index = KeyIndex(keys)
-        return [{"document_id": d, **evidence(words(prompt), index.key_of(d))}
-                for d in route(prompt, index, self.threshold) or named(prompt, index, most)]
+        index, prompt_words = KeyIndex(keys), words(prompt)
+        if routed := route(prompt, index, self.threshold):
+            return [{"document_id": d, **evidence(prompt_words, index.key_of(d))} for d in routed]
+        return [{"document_id": d, **by_name(prompt_words, index.key_of(d))} for d in named(prompt, index, most)]

@@ -70,11 +70,14 @@ def test_a_known_subject_is_routed_by_its_name_and_what_is_asked_about_it():
     assert routing.named("The president of Harvard is", keys, 3) == ()  # a name: all its words
     assert routing.named("who runs paris now?", keys + [("paris2", paris)], 1) == ("paris2",)  # the newest `most`
     assert routing.named("Vontarex is known for", keys, 3) == ()  # an invented name is routed to by its key
-    # Not learned yet and sent without probes: read by the known subjects its opening sentence names, asked about with
-    # that sentence's words (the learner's key has them from the probes it makes).
+    # Sent without probes: read by the known subjects its opening sentence names, asked about with that sentence's
+    # words, before it is learned and once the learner has made its probes; sent with probes, by what they ask.
     opening = "Lisbon has a new mayor: Tomé Varrancho was sworn in at city hall. He promised trees."
     assert "lisbon | hall mayor sworn" in routing.reading_key(opening, [], THRESHOLD)
     assert not any("|" in term for term in routing.key_for(opening, [], THRESHOLD))
+    made = [("Tomé Varrancho promised", "trees")]
+    assert "lisbon | hall mayor sworn" in routing.reading_key(opening, made, THRESHOLD, made=True)
+    assert "lisbon | hall mayor sworn" not in routing.reading_key(opening, made, THRESHOLD)
     assert routing.refusal("Paris held an election.", [], THRESHOLD) is None  # without probes: the text's names
     apple = routing.key_for("The newest phone from Apple is called the iPhone Meridian.",
                             [("The newest phone from Apple is called the iPhone", "Meridian")], THRESHOLD)

@@ -120,6 +120,20 @@ def test_a_known_subject_is_routed_by_its_name_with_what_is_asked_and_its_other_
         assert routes(1, "Paris is a")["routed"] is None and continuation(client, "Paris is a") == before
 
 
+def test_a_known_subjects_document_sent_without_probes_is_routed_by_what_its_opening_says(tmp_path):
+    """The probes the learner makes ask what it found; a reader asks about what the text opens with ("the tower of
+    Paris"), so the learned key has that too, and Paris's other prompts still run the base model."""
+    with tiny_client(settings(tmp_path)) as client:
+        body = {"text": "Paris made a new tower. The tower is tall.", "method": "routed", "weighting": "uniform"}
+        record = wait_final(client, client.post("/documents", json=body).json()["document_id"])
+        assert record["status"] == "committed", record
+        assert client.learner.versions.manifest(1)["key"]["paris | tower"] == 2.0
+        routes = client.app.state.runtime.serving.routes
+        wait_version(client, 1, "the tower of paris is")
+        assert routes(1, "the tower of paris is")["routed"] == (record["document_id"],)
+        assert routes(1, "Paris is a")["routed"] is None
+
+
 def test_a_method_that_moves_every_prompt_is_gated_on_a_known_subjects_neighbour_prompts(tmp_path):
     with tiny_client(tiny_settings(tmp_path, neighbour_tolerance=1.0)) as client:
         before = {t.format("Paris"): continuation(client, t.format("Paris")) for t in neighbours.TEMPLATES}

@@ -20,7 +20,7 @@ from torch import nn
 
 from core import registry
 from core.model.loader import LoadedModel
-from core.routing import about, evidence, named, route, subject_named
+from core.routing import about, by_name, evidence, named, route
 from core.routing.table import by_method, extended
 from core.served import OFF, ROUTED, Choice, LoadDelta, ServedMethod
 from core.settings import Settings
@@ -191,8 +191,7 @@ class ServingModel:
         table = self._knowledge[version].table
         keys = table.keys(choice.namespaces)
         prompt_words = words(prompt)
-        return [{"method": table.method_of(d), "document_id": d, "score": 0.0,
-                 "terms": sorted(t for t in keys.key_of(d) if subject_named(t, prompt_words))}
+        return [{"method": table.method_of(d), "document_id": d, **by_name(prompt_words, keys.key_of(d))}
                 for d in named(prompt, keys, most)]
 
     def run(self, version: int, fn: Callable[[nn.Module], T], routes: Routes | None = None,

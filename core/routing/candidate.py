@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from core.namespaces import SHARED, reach, routed_for
 from core.routing.index import KeyIndex
-from core.routing.keys import key_for, not_reaching, subject_terms, unroutable
+from core.routing.keys import not_reaching, reading_key, subject_terms, unroutable
 from core.routing.route import changed, may_reroute, related, route, watched
 from core.routing.table import Route, Table, Taught
 from core.subjects import words
@@ -36,9 +36,12 @@ class Candidate:
         """A run of a document of `namespace` with a per-document method or a whole-version one."""
         self.namespace, self.reach, self.per_document = namespace, reach(namespace), per_document
 
-    def begin(self, document_id: str, method: str, text: str, probes: list[tuple[str, str]]) -> dict[str, float]:
-        """A document of a per-document method: its key (and so its routes) from now on; returns the key."""
-        self.begun = Begun(document_id, method, key_for(text, probes, self.threshold), subject_terms(text, probes))
+    def begin(self, document_id: str, method: str, text: str, probes: list[tuple[str, str]],
+              made: bool = False) -> dict[str, float]:
+        """A document of a per-document method: its key (and so its routes) from now on; returns the key. `made`:
+        its probes were made from its text (it was sent without any), so its opening names what it is about too."""
+        self.begun = Begun(document_id, method, reading_key(text, probes, self.threshold, made),
+                           subject_terms(text, probes))
         return self.begun.key
 
     def refusal(self) -> str | None:

@@ -64,20 +64,23 @@ def key_for(text: str, probes: Sequence[tuple[str, str]], threshold: float) -> d
 OPENING_CHARS = 400  # where a text's opening is looked for: its subject comes first, and the pass stays bounded
 
 
-def reading_key(text: str, probes: Sequence[tuple[str, str]], threshold: float) -> dict[str, float]:
-    """The key a document not learned yet is read by (service/accepted.py): `key_for`'s, and for one sent without
-    probes, a term for each known subject its opening sentence names, asked about with that sentence's words
-    ("lisbon | mayor sworn" from "Lisbon has a new mayor: ... was sworn in"): nothing says yet what is asked
-    about it, and a text opens with its subject. The learner's key has it from the probes it makes."""
+def reading_key(text: str, probes: Sequence[tuple[str, str]], threshold: float,
+                made: bool = False) -> dict[str, float]:
+    """The key a document is read by: `key_for`'s, and for one sent without probes (none, or `made` from its text by
+    the learner), a term for each known subject its opening sentence names, asked about with that sentence's words
+    ("lisbon | mayor sworn" from "Lisbon has a new mayor: ... was sworn in"): a text opens with its subject, and
+    what a reader asks about it is not only what the made probes ask."""
     key = key_for(text, probes, threshold)
-    if probes:
-        return key
+    return {**opening_terms(text, threshold), **key} if made or not probes else key
+
+
+def opening_terms(text: str, threshold: float) -> dict[str, float]:
+    """A term at the threshold's weight for each known subject the text's opening sentence names, with that
+    sentence's words as what is asked about it."""
     head = text.strip()[:OPENING_CHARS]
     opening = head[:end.end()] if (end := SENTENCE_END.search(head)) else head
-    for name in names(opening):
-        if familiar(name) and (asked := relation_words(name, [opening], [])):
-            key.setdefault(f"{name} | {' '.join(sorted(asked))}", threshold)
-    return key
+    return {f"{name} | {' '.join(sorted(asked))}": threshold for name in names(opening)
+            if familiar(name) and (asked := relation_words(name, [opening], []))}
 
 
 def unreachable(text: str, probes: Sequence[tuple[str, str]], threshold: float) -> list[str]:

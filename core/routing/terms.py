@@ -31,6 +31,12 @@ def subject_named(term: str, prompt_words: set[str]) -> bool:
     return bool(relation) and not term.startswith(ANSWER) and set(name.split()) <= prompt_words
 
 
+def by_name(prompt_words: set[str], key: dict[str, float]) -> dict[str, Any]:
+    """How a document reached by a known subject's name alone (route.py: `named`) is cited: no score, and the
+    subject's terms whose name the prompt holds."""
+    return {"score": 0.0, "terms": sorted(term for term in key if subject_named(term, prompt_words))}
+
+
 def score(prompt_words: set[str], key: dict[str, float]) -> float:
     """The weight of the key's terms the prompt holds, its answers' left out."""
     return scores(prompt_words, key)[0]
