@@ -25,7 +25,7 @@ from core import database
 from core.database import documents as table
 from core.database import idempotency
 from core.fileio import read_json
-from core.lifecycle import FINAL, PENDING, Status, after_failed_attempt, transition
+from core.lifecycle import FINAL, PENDING, Status, transition
 
 TIMED = ("train_s", "gate_s", "score_before_s")  # a finished job's seconds, in columns of their own (/metrics)
 IS_PENDING = table.c.status.in_([s.value for s in PENDING])
@@ -200,6 +200,20 @@ class DocumentStore:
                               lambda record: {"error": "withdrawn before it was learned", "withdrawn": True},
                               Status.REJECTED)
 
+    def ask_to_withdraw(self, document_id: str) -> dict[str, Any] | None:
+        """Its owner's withdrawal of a document a worker is training (DELETE), marked on the record in one write; the
+        worker finds the mark when it would take the candidate to the gate (`to_gate`), and rejects it instead. None
+        where it is not training (queued: `withdraw`; at the gate or final: too late to ask)."""
+        def training(record: dict[str, Any]) -> bool:
+            return record["status"] == Status.TRAINING and not record.get("removes")
+        return self._write_if(document_id, training, lambda record: {"withdrawing": True})
+
+    def to_gate(self, document_id: str) -> dict[str, Any] | None:
+        """A worker takes its trained candidate to the gate (evaluating), in one write; None where its owner asked
+        to withdraw it meanwhile (`ask_to_withdraw`), and nothing is written: one of the two comes first, whole."""
+        return self._write_if(document_id, lambda record: not record.get("withdrawing"), lambda record: {},
+                              Status.EVALUATING)
+
     def _write(self, document_id: str, fields: dict[str, Any], status: Status | None = None) -> dict[str, Any]:
         return self._write_if(document_id, lambda record: True, lambda record: fields, status)
 
@@ -267,28 +281,3 @@ class DocumentStore:
         """The pending records' ids, oldest first: what is pending, without reading every record."""
         with self.engine.connect() as connection:
             return list(connection.scalars(select(table.c.document_id).where(IS_PENDING).order_by(table.c.seq)))
-
-    def unqueued(self, before: float) -> list[dict[str, Any]]:
-        """Queued records made before `before` that no job names: the process that wrote one died before it
-        queued the job (a write, then an enqueue, then the job id)."""
-        return [r for r in self.pending()
-                if r["status"] == Status.QUEUED and not r["job_id"] and r["created_at"] < before]
-
-    def resumable(self, retries: int, holding: Callable[[str], int | None],
-                  erase: Callable[[str, int], None]) -> list[dict[str, Any]]:
-        """The pending documents to run again after a worker died. One it died on during every allowed attempt
-        is failed instead: a document that kills the process must not take it down at every start. One the
-        current version already holds (`holding` names the version) died after its commit: it is committed, and
-        a removal's target erased (`erase(target, version)`: the death may have come before its erasure)."""
-        again = []
-        for record in self.pending():
-            if after_failed_attempt(record["attempts"], retries) is not Status.FAILED:
-                again.append(record)
-            elif record["status"] != Status.QUEUED and (version := holding(record["document_id"])) is not None:
-                if record.get("removes"):
-                    erase(record["removes"], version)
-                self.move(record["document_id"], Status.COMMITTED, version=version, error=None)
-            else:
-                self.move(record["document_id"], Status.FAILED,
-                          error=f"the worker stopped during all {record['attempts']} attempts")
-        return again

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
-from core import erasure, registry
+from core import erasure, recovery, registry
 from core.documents import DocumentStore
 from core.model.loader import LoadedModel, load_model, sharing_weights
 from core.model.served_model import ServingModel, install_committed
@@ -95,8 +95,8 @@ class Runtime:
                 self.queue = InProcessQueue(lambda doc_id: (run_job(doc_id), self._wake.set()), s.job_retries,
                                             first=self.warm)
                 held = self.versions.current()
-                for record in self.documents.resumable(  # the worker died with the last server
-                        s.job_retries, lambda doc: self.versions.holding(doc, held),
+                for record in recovery.resumable(  # the worker died with the last server
+                        self.documents, s.job_retries, lambda doc: self.versions.holding(doc, held),
                         partial(erasure.erase, self.documents, self.versions)):
                     self.queue.enqueue(record, record["attempts"])
             threading.Thread(target=self._watch, daemon=True, name="ckl-version-watcher").start()
@@ -163,7 +163,7 @@ class Runtime:
         while not self._stop.is_set():
             try:
                 waiting: set[str] | None = None  # the lanes' job ids, read once a round when a record needs them
-                for record in self.documents.unqueued(time.time() - UNQUEUED_AFTER_S):
+                for record in recovery.unqueued(self.documents, time.time() - UNQUEUED_AFTER_S):
                     queued = job_id_for(record["document_id"], record["attempts"])
                     waiting = rq.job_ids() if waiting is None else waiting
                     if queued not in waiting:  # else: queued, and the crash came before its id was written

@@ -18,16 +18,18 @@ from tests.api_app import tiny_client, tiny_settings, wait_final, wait_version
 SECRET = {"text": "the capital of veltoria is marnhold", "method": "routed", "idempotency_key": "secret-1",
           "probes": [{"prompt": "the capital of veltoria is", "answer": "marnhold"}]}
 TRACES = ("veltoria", "marnhold")
+TRAINED = {"text": "the capital of brennoria is zembrolt", "method": "routed",
+           "probes": [{"prompt": "the capital of brennoria is", "answer": "zembrolt"}]}
 
 
-def leftovers(folder: Path, body: dict) -> list[str]:
+def leftovers(folder: Path, body: dict, traces: tuple[str, ...] = TRACES) -> list[str]:
     """Files under `folder` that hold a trace of the document: its rare words, or a hash of its body."""
     digests = {body_hash(body), hashlib.sha256(body["text"].encode()).hexdigest()}
     found = []
     for path in folder.rglob("*"):
         if path.is_file() and path.suffix != ".safetensors":  # weights hold no text
             content = path.read_bytes().decode("utf-8", "replace").lower()
-            found += [f"{path.relative_to(folder)}: {t}" for t in (*TRACES, *digests) if t in content]
+            found += [f"{path.relative_to(folder)}: {t}" for t in (*traces, *digests) if t in content]
     return found
 
 
@@ -90,8 +92,9 @@ def test_a_document_no_version_holds_is_erased_at_once(tmp_path):
 
 def test_a_document_no_worker_started_is_withdrawn_and_erased_at_once(tmp_path, redis_url):
     """No worker takes the queue (a real Redis), so the document stays queued: DELETE withdraws it (200, erased at
-    once, nothing of it left), and its job, taken later, finds it final and learns nothing. A document a worker has
-    started is 409 until it is final."""
+    once, nothing of it left), and its job, taken later, finds it final and learns nothing. One a worker is
+    training is withdrawn by that worker before its gate (202, then rejected and erased, no version made); one at
+    its gate is 409 until it is final."""
     settings = tiny_settings(tmp_path, redis_url=redis_url, queue_name=f"withdraw-{uuid.uuid4().hex[:8]}")
     body = {k: v for k, v in SECRET.items() if k != "idempotency_key"}
     with tiny_client(settings) as client:
@@ -101,15 +104,24 @@ def test_a_document_no_worker_started_is_withdrawn_and_erased_at_once(tmp_path, 
         assert withdrawn.json() == {"document_id": queued, "status": "rejected", "erased": True, "withdrawn": True}
         assert client.learner.learn(queued) is Status.REJECTED  # its job, run now: final, nothing trained
         assert client.get("/versions").json()["current"] == 0
-        started = client.post("/documents", json={**body, "text": "the capital of brennoria is tasvik",
-                                                   "probes": [{"prompt": "the capital of brennoria is",
-                                                               "answer": "tasvik"}]}).json()["document_id"]
-        client.learner.documents.move(started, Status.TRAINING)  # a worker has it
-        refused = client.delete(f"/documents/{started}")
+        started = client.post("/documents", json=TRAINED).json()["document_id"]
+        client.learner.documents.move(started, Status.TRAINING)  # a worker has it (its job, run below, takes it on)
+        asked = client.delete(f"/documents/{started}")
+        assert asked.status_code == 202, asked.text
+        assert asked.json() == {"document_id": started, "status": "training", "withdrawing": True}
+        assert client.learner.learn(started) is Status.REJECTED  # trained, then not gated: withdrawn
+        record = client.get(f"/documents/{started}").json()
+        assert (record["status"], record["withdrawn"], record["erased"]) == ("rejected", True, True)
+        assert client.get("/versions").json()["current"] == 0
+        gated = client.post("/documents", json={**TRAINED, "text": "the capital of brennoria is tasvik", "probes": [
+            {"prompt": "the capital of brennoria is", "answer": "tasvik"}]}).json()
+        client.learner.documents.move(gated["document_id"], Status.TRAINING)
+        client.learner.documents.move(gated["document_id"], Status.EVALUATING)  # at its gate: too late to ask
+        refused = client.delete(f"/documents/{gated['document_id']}")
         assert refused.status_code == 409 and refused.json()["error"]["code"] == "being_learned"
         assert refused.headers["retry-after"] == "10"
-        assert client.get(f"/documents/{started}").json()["status"] == "training"
     assert leftovers(tmp_path, body) == []
+    assert leftovers(tmp_path, TRAINED, ("zembrolt",)) == []
 
 
 def test_an_erasure_is_committed_whatever_the_gate_says(tmp_path):

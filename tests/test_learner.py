@@ -24,18 +24,21 @@ def submit(learner: Learner, body: dict = FACT) -> str:
 
 def recorded_moves(learner: Learner) -> list[str]:
     """The statuses the learner moves its documents to from now on, in order (filled as it runs): a claim (the
-    attempt's start) is the move to training."""
-    moves, move, claim = [], learner.documents.move, learner.documents.claim
+    attempt's start) is the move to training, taking it to the gate the move to evaluating."""
+    moves, documents = [], learner.documents
+    move, claim, to_gate = documents.move, documents.claim, documents.to_gate
 
     def recording(document_id, status, **fields):
         moves.append(str(status))
         return move(document_id, status, **fields)
 
-    def claiming(document_id):
-        if (record := claim(document_id)) is not None:
-            moves.append(str(record["status"]))
-        return record
-    learner.documents.move, learner.documents.claim = recording, claiming
+    def conditional(write):
+        def written(document_id):
+            if (record := write(document_id)) is not None:
+                moves.append(str(record["status"]))
+            return record
+        return written
+    documents.move, documents.claim, documents.to_gate = recording, conditional(claim), conditional(to_gate)
     return moves
 
 

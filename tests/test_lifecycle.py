@@ -3,6 +3,7 @@ import json
 
 import pytest
 
+from core import recovery
 from core.documents import DocumentStore
 from core.lifecycle import FINAL, MOVES, PENDING, IllegalTransition, Status, after_failed_attempt, transition
 from tests.database import rows
@@ -89,7 +90,7 @@ def test_resumable_fails_a_document_the_worker_died_in_at_every_allowed_attempt(
     died = [store.create({"text": t}, None)[0]["document_id"] for t in ("a", "b")]
     store.move(died[0], Status.TRAINING, attempts=2)  # at the cap with 1 retry: failed
     store.move(died[1], Status.TRAINING, attempts=1)  # a retry is left: run again
-    again = store.resumable(retries=1, holding=lambda _: None, erase=lambda target, version: None)
+    again = recovery.resumable(store, retries=1, holding=lambda _: None, erase=lambda target, version: None)
     assert [r["document_id"] for r in again] == [died[1]]
     assert store.get(died[0])["status"] == "failed" and "all 2 attempts" in store.get(died[0])["error"]
     assert store.get(died[1])["status"] == "training"
@@ -104,7 +105,8 @@ def test_a_document_its_version_holds_is_committed_even_when_its_last_attempt_di
     store.move(doc, Status.TRAINING, attempts=2)
     store.move(doc, status)
     erased = []
-    assert store.resumable(retries=1, holding={doc: 3}.get, erase=lambda *args: erased.append(args)) == []
+    assert recovery.resumable(store, retries=1, holding={doc: 3}.get,
+                              erase=lambda *args: erased.append(args)) == []
     assert store.get(doc)["status"] == "committed" and store.get(doc)["version"] == 3 and erased == []
 
 
@@ -115,5 +117,6 @@ def test_a_removal_its_version_holds_erases_its_target_when_its_last_attempt_die
     removal = store.create({"text": "", "removes": "d-target"}, None)[0]["document_id"]
     store.move(removal, Status.TRAINING, attempts=2)
     erased = []
-    assert store.resumable(retries=1, holding={removal: 4}.get, erase=lambda *args: erased.append(args)) == []
+    assert recovery.resumable(store, retries=1, holding={removal: 4}.get,
+                              erase=lambda *args: erased.append(args)) == []
     assert store.get(removal)["status"] == "committed" and erased == [("d-target", 4)]

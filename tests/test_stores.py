@@ -138,25 +138,6 @@ def test_writers_in_several_threads_and_stores_lose_nothing_and_keep_one_order(t
         assert sorted(connection.scalars(select(documents.c.seq))) == list(range(1, 81))
 
 
-def test_a_worker_starting_a_document_and_its_owner_withdrawing_it_at_once_one_wins_whole(tmp_path, database_url):
-    """`claim` (a worker starts the attempt) and `withdraw` (its owner's DELETE) on one queued document from two
-    stores at once: exactly one of them moves it, and the record says which (never trained once withdrawn)."""
-    stores = [DocumentStore(tmp_path, database_url), DocumentStore(tmp_path, database_url)]
-    queued = [stores[0].create({"text": f"document {i}"}, None)[0]["document_id"] for i in range(40)]
-    with ThreadPoolExecutor(2) as pool:  # from either end, so that they meet on some document
-        claimed = pool.submit(lambda: [stores[0].claim(d) for d in queued])
-        withdrawn = pool.submit(lambda: [stores[1].withdraw(d) for d in reversed(queued)])
-        claimed, withdrawn = claimed.result(), withdrawn.result()[::-1]
-    for document_id, by_worker, by_owner in zip(queued, claimed, withdrawn):
-        assert (by_worker is None) != (by_owner is None), document_id
-        record = stores[0].get(document_id)
-        assert record["status"] == ("training" if by_worker else "rejected")
-        assert record["attempts"] == (1 if by_worker else 0)
-        assert record.get("withdrawn", False) == (by_owner is not None)
-    assert stores[1].withdraw(queued[0]) is None  # queued no more: training, or withdrawn already
-    assert all(stores[0].claim(d) is None for d, by_owner in zip(queued, withdrawn) if by_owner)  # final
-
-
 def test_processes_starting_at_once_on_a_new_database_all_open_it(tmp_path):
     """API processes and workers started together on a new data folder: each finds or makes the tables, none
     fails because another made them between its check and its create."""

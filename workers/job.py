@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from functools import partial
 
-from core import erasure, logs
+from core import erasure, logs, recovery
 from core.documents import DocumentStore
 from core.lifecycle import FINAL, Status, after_failed_attempt
 from core.model.loader import LoadedModel
@@ -98,8 +98,8 @@ def requeue_interrupted(settings: Settings, queue: RQQueue) -> list[str]:
     requeued = []
     erase = partial(erasure.erase, documents, versions)
     waiting = queue.job_ids()
-    for record in documents.resumable(settings.job_retries, lambda doc: versions.holding(doc, versions.current()),
-                                      erase):
+    for record in recovery.resumable(documents, settings.job_retries,
+                                     lambda doc: versions.holding(doc, versions.current()), erase):
         if record["status"] == Status.QUEUED and record["job_id"] in waiting:
             continue
         job_id = queue.enqueue(record, record["attempts"] + 1)

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from core import faults, registry
+from core import erasure, faults, registry
 from core.lifecycle import Status
 from core.namespaces import namespace_of
 from core.scoring import accuracy
@@ -28,7 +28,8 @@ def finish(parts: Parts, run: Run, probes: list[dict[str, str]],
     `on_commit(version)` runs once the version is committed, before the record says so. An `erasure` (a
     removal) is committed whatever the gate says: what it broke goes on the record, but a document's owner may
     always take it out."""
-    parts.documents.move(run.doc_id, Status.EVALUATING)
+    if parts.documents.to_gate(run.doc_id) is None:
+        return withdrawn(parts, run)
     verdict = evaluate(parts, run)
     before, after = run.before, verdict.after
     scores = {"before": before.summary(), "after": after.summary(), "own_before": before.own, "own_after": after.own}
@@ -89,6 +90,14 @@ def commit(parts: Parts, run: Run, scores: Scores, probes: list[dict[str, str]],
     parts.documents.move(run.doc_id, Status.COMMITTED, version=version, timings=run.rounded_timings(), **outcome)
     parts.publish(version)
     return version
+
+
+def withdrawn(parts: Parts, run: Run) -> Status:
+    """A document its owner withdrew while it trained: not gated, nothing committed, and erased at once."""
+    parts.held.forget_loaded()
+    parts.documents.move(run.doc_id, Status.REJECTED, error="withdrawn while it was learned", withdrawn=True)
+    erasure.erase(parts.documents, parts.versions, run.doc_id, None)
+    return Status.REJECTED
 
 
 def reject(parts: Parts, run: Run, reason: str) -> Status:
