@@ -1,7 +1,8 @@
 """The document store: every accepted document is a record in the database (core/database.py), written before it
 is queued.
 
-Its status changes only through `move`, along the lifecycle in core/lifecycle.py. A record in a pending
+Its status changes only through `move` and its conditional cases (`claim`, `withdraw`, `to_gate`), along the
+lifecycle in core/lifecycle.py. A record in a pending
 status after a crash is picked up again by whichever worker starts next. Writes are serialized by a lock across
 this machine's processes, and by the database's lock where it has one (PostgreSQL).
 """

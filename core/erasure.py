@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.documents import DocumentStore
+from core.lifecycle import Status
 from core.versions import VersionStore
 
 # What a record keeps after erasure: bookkeeping, nothing derived from the text.
@@ -31,6 +32,16 @@ def scrubbed_manifest(manifest: dict[str, Any], removed_in: int | None) -> dict[
 
 def without_replaced(entries: list[dict[str, Any]], document_id: str) -> list[dict[str, Any]]:
     return [e for e in entries if e.get("document_id") != document_id]
+
+
+def if_withdrawn(documents: DocumentStore, versions: VersionStore, record: dict[str, Any]) -> dict[str, Any]:
+    """`record` as its worker left it final (refused, failed), erased and marked withdrawn where its owner asked to
+    withdraw it while it trained (DocumentStore.ask_to_withdraw): the owner was answered 202 and is owed the
+    erasure, however the attempt ended."""
+    if record.get("withdrawing") and record["status"] in (Status.REJECTED, Status.FAILED):
+        documents.update(record["document_id"], withdrawn=True)
+        erase(documents, versions, record["document_id"], None)
+    return record
 
 
 def erase(documents: DocumentStore, versions: VersionStore, document_id: str, removed_in: int | None) -> None:

@@ -36,7 +36,7 @@ MOVES: dict[Status, frozenset[Status]] = {
     Status.TRAINING: frozenset({
         Status.EVALUATING,  # the candidate is trained
         Status.REJECTED,  # refused before training (the method's refusal, unreachable probes, a removal's target gone),
-        # or trained and withdrawn by its owner before the gate (DocumentStore.ask_to_withdraw)
+        # or trained and withdrawn by its owner before the gate (workers/stages/commit.py: withdrawn)
         Status.COMMITTED,  # the version already holds it: a retried job whose commit the record missed
         Status.TRAINING,  # a worker died in training; the next one runs it again (the embedded queue re-runs as is)
         Status.QUEUED,  # the attempt failed with retries left, or a dead worker's document re-queued

@@ -17,7 +17,7 @@ def unqueued(documents: DocumentStore, before: float) -> list[dict[str, Any]]:
 
 
 def resumable(documents: DocumentStore, retries: int, holding: Callable[[str], int | None],
-              erase: Callable[[str, int], None]) -> list[dict[str, Any]]:
+              erase: Callable[[str, int | None], None]) -> list[dict[str, Any]]:
     """The pending documents to run again after a worker died. One it died on during every allowed attempt is
     failed instead: a document that kills the process must not take it down at every start. One the current
     version already holds (`holding` names the version) died after its commit: it is committed, and a removal's
@@ -31,6 +31,9 @@ def resumable(documents: DocumentStore, retries: int, holding: Callable[[str], i
                 erase(record["removes"], version)
             documents.move(record["document_id"], Status.COMMITTED, version=version, error=None)
         else:
-            documents.move(record["document_id"], Status.FAILED,
-                           error=f"the worker stopped during all {record['attempts']} attempts")
+            failed = documents.move(record["document_id"], Status.FAILED,
+                                    error=f"the worker stopped during all {record['attempts']} attempts")
+            if failed.get("withdrawing"):  # its owner asked to withdraw it while it trained: owed the erasure
+                documents.update(record["document_id"], withdrawn=True)
+                erase(record["document_id"], None)
     return again

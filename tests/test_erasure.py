@@ -108,11 +108,18 @@ def test_a_document_no_worker_started_is_withdrawn_and_erased_at_once(tmp_path, 
         client.learner.documents.move(started, Status.TRAINING)  # a worker has it (its job, run below, takes it on)
         asked = client.delete(f"/documents/{started}")
         assert asked.status_code == 202, asked.text
-        assert asked.json() == {"document_id": started, "status": "training", "withdrawing": True}
+        assert asked.json() | {"job_id": None} == {"document_id": started, "job_id": None, "status": "training",
+                                                   "status_url": f"/documents/{started}", "withdrawing": True}
         assert client.learner.learn(started) is Status.REJECTED  # trained, then not gated: withdrawn
         record = client.get(f"/documents/{started}").json()
         assert (record["status"], record["withdrawn"], record["erased"]) == ("rejected", True, True)
         assert client.get("/versions").json()["current"] == 0
+        requeued = client.post("/documents", json={**TRAINED, "text": "the capital of brennoria is zembrolt."}).json()
+        client.learner.documents.move(requeued["document_id"], Status.TRAINING)
+        assert client.delete(f"/documents/{requeued['document_id']}").status_code == 202
+        client.learner.documents.move(requeued["document_id"], Status.QUEUED)  # its attempt failed, a retry left
+        assert client.learner.learn(requeued["document_id"]) is Status.REJECTED  # withdrawn at its next claim
+        assert client.get(f"/documents/{requeued['document_id']}").json()["erased"] is True
         gated = client.post("/documents", json={**TRAINED, "text": "the capital of brennoria is tasvik", "probes": [
             {"prompt": "the capital of brennoria is", "answer": "tasvik"}]}).json()
         client.learner.documents.move(gated["document_id"], Status.TRAINING)

@@ -86,14 +86,19 @@ def test_a_record_moves_through_the_store_and_update_does_not_write_a_status(tmp
 
 
 def test_resumable_fails_a_document_the_worker_died_in_at_every_allowed_attempt(tmp_path):
+    """One its owner asked to withdraw while it trained is erased as it fails: the owner was answered 202."""
     store = DocumentStore(tmp_path)
-    died = [store.create({"text": t}, None)[0]["document_id"] for t in ("a", "b")]
+    died = [store.create({"text": t}, None)[0]["document_id"] for t in ("a", "b", "c")]
     store.move(died[0], Status.TRAINING, attempts=2)  # at the cap with 1 retry: failed
     store.move(died[1], Status.TRAINING, attempts=1)  # a retry is left: run again
-    again = recovery.resumable(store, retries=1, holding=lambda _: None, erase=lambda target, version: None)
+    store.move(died[2], Status.TRAINING, attempts=2)
+    store.ask_to_withdraw(died[2])
+    erased = []
+    again = recovery.resumable(store, retries=1, holding=lambda _: None, erase=lambda *args: erased.append(args))
     assert [r["document_id"] for r in again] == [died[1]]
     assert store.get(died[0])["status"] == "failed" and "all 2 attempts" in store.get(died[0])["error"]
     assert store.get(died[1])["status"] == "training"
+    assert erased == [(died[2], None)] and store.get(died[2])["withdrawn"] is True
 
 
 @pytest.mark.parametrize("status", [Status.TRAINING, Status.EVALUATING])

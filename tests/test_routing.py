@@ -76,7 +76,7 @@ def test_a_known_subject_is_routed_by_its_name_and_what_is_asked_about_it():
     assert "lisbon | hall mayor sworn" in routing.reading_key(opening, [], THRESHOLD)
     assert not any("|" in term for term in routing.key_for(opening, [], THRESHOLD))
     made = [("Tomé Varrancho promised", "trees")]
-    assert "lisbon | hall mayor sworn" in routing.reading_key(opening, made, THRESHOLD, made=True)
+    assert "lisbon | hall mayor sworn" in routing.reading_key(opening, made, THRESHOLD, probes_made=True)
     assert "lisbon | hall mayor sworn" not in routing.reading_key(opening, made, THRESHOLD)
     assert routing.refusal("Paris held an election.", [], THRESHOLD) is None  # without probes: the text's names
     apple = routing.key_for("The newest phone from Apple is called the iPhone Meridian.",

@@ -172,6 +172,10 @@ def test_a_known_subjects_neighbour_prompts_leave_out_what_the_document_asks():
     probes = [("The headquarters of Siemens are now in", "Munich")]
     text = "Siemens moved. The headquarters of Siemens are now in Munich."
     assert neighbours.familiar_subjects(text, probes) == ["Siemens"]
+    opening = "Lisbon has a new mayor. Tomé Varrancho promised trees."  # the made probe does not ask about Lisbon
+    made = [("Tomé Varrancho promised", "trees")]
+    assert neighbours.familiar_subjects(opening, made) == []
+    assert neighbours.familiar_subjects(opening, made, {"lisbon | mayor": 2.0, "= trees": 1.0}) == ["Lisbon"]
     assert neighbours.familiar_subjects("The mayor of Vontarex is Edda Froste.", [("The mayor of Vontarex is",
                                                                               "Edda Froste")]) == []  # invented
     assert "Siemens was founded" not in neighbours.neighbour_prompts(["Siemens"], ["The founder of Siemens is"])

@@ -17,7 +17,7 @@ import methods  # noqa: F401  (registers every method folder)
 from core import erasure
 from core.documents import DocumentStore
 from core.heap import map_large_blocks
-from core.lifecycle import FINAL, Status, after_failed_attempt
+from core.lifecycle import Status
 from core.model.loader import LoadedModel, load_model
 from core.probes import to_json
 from core.settings import Settings
@@ -28,7 +28,7 @@ from workers.held import Held
 from workers.layout import laid_out
 from workers.run import RetryAfterRejection
 from workers.stages import parent_scores, prepare
-from workers.stages.commit import finish, reject
+from workers.stages.commit import attempt_failed, finish, reject, withdrawn
 from workers.stages.parts import Parts
 from workers.stages.removal import remove
 from workers.stages.scoring import Scorer
@@ -80,11 +80,13 @@ class Learner:
         with self.lease, document_lease(self.engine, self.parts.settings, document_id):
             if (record := self.documents.claim(document_id)) is None:  # final: learned, refused or withdrawn
                 return Status(self.documents.get(document_id)["status"])
+            if record.get("withdrawing"):  # asked while an earlier attempt trained (it failed, or its worker died)
+                return withdrawn(self.parts, document_id)
             try:
                 return self._from_current({**record, "text": laid_out(record["text"] or "")})
             except Exception as exc:
                 self.held.forget_loaded()  # the methods may hold a half-trained candidate
-                self._attempt_failed(document_id, record["attempts"], exc)
+                attempt_failed(self.parts, document_id, record["attempts"], exc)
                 raise
 
     def _from_current(self, record: dict[str, Any]) -> Status:
@@ -108,15 +110,6 @@ class Learner:
                 self.documents.move(document_id, Status.COMMITTED, version=done.version)
                 return Status.COMMITTED
         raise RuntimeError(f"the current version kept moving during {MAX_PARENT_RETRIES} attempts")
-
-    def _attempt_failed(self, document_id: str, attempts: int, exc: Exception) -> None:
-        """Queued again while retries are left, else failed; committed if a version holds it (DELETE erases a failed one)."""
-        if self.documents.get(document_id)["status"] in FINAL:
-            return
-        status = after_failed_attempt(attempts, self.parts.settings.job_retries)
-        held = self.versions.holding(document_id, self.versions.current()) if status is Status.FAILED else None
-        self.documents.move(document_id, Status.COMMITTED if held else status, **({"version": held} if held else {}),
-                            error=f"{type(exc).__name__}: {exc}")
 
     def _learn(self, parent: int, record: dict[str, Any]) -> Status:
         """The document's stages; once more after a first rejection whose reason suggests another try."""

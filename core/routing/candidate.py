@@ -37,10 +37,10 @@ class Candidate:
         self.namespace, self.reach, self.per_document = namespace, reach(namespace), per_document
 
     def begin(self, document_id: str, method: str, text: str, probes: list[tuple[str, str]],
-              made: bool = False) -> dict[str, float]:
-        """A document of a per-document method: its key (and so its routes) from now on; returns the key. `made`:
-        its probes were made from its text (it was sent without any), so its opening names what it is about too."""
-        self.begun = Begun(document_id, method, reading_key(text, probes, self.threshold, made),
+              probes_made: bool = False) -> dict[str, float]:
+        """A document of a per-document method: its key (and so its routes) from now on; returns the key.
+        `probes_made`: its probes were made from its text (it was sent without any): its opening's subjects too."""
+        self.begun = Begun(document_id, method, reading_key(text, probes, self.threshold, probes_made),
                            subject_terms(text, probes))
         return self.begun.key
 

@@ -65,13 +65,13 @@ OPENING_CHARS = 400  # where a text's opening is looked for: its subject comes f
 
 
 def reading_key(text: str, probes: Sequence[tuple[str, str]], threshold: float,
-                made: bool = False) -> dict[str, float]:
-    """The key a document is read by: `key_for`'s, and for one sent without probes (none, or `made` from its text by
-    the learner), a term for each known subject its opening sentence names, asked about with that sentence's words
-    ("lisbon | mayor sworn" from "Lisbon has a new mayor: ... was sworn in"): a text opens with its subject, and
-    what a reader asks about it is not only what the made probes ask."""
+                probes_made: bool = False) -> dict[str, float]:
+    """The key a document is read by, and learned with: `key_for`'s, and for one sent without probes (none, or made
+    from its text by the learner: `probes_made`), a term for each known subject its opening sentence names, asked
+    about with that sentence's words ("lisbon | mayor sworn" from "Lisbon has a new mayor: ... was sworn in"): a
+    text opens with its subject, and what a reader asks about it is not only what the made probes ask."""
     key = key_for(text, probes, threshold)
-    return {**opening_terms(text, threshold), **key} if made or not probes else key
+    return {**opening_terms(text, threshold), **key} if probes_made or not probes else key
 
 
 def opening_terms(text: str, threshold: float) -> dict[str, float]:

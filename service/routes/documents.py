@@ -129,9 +129,11 @@ def delete_document(document_id: str, runtime: RuntimeDep,
     if target["status"] == Status.QUEUED and not target.get("removes") and \
             runtime.versions.holding(document_id, runtime.versions.current()) is None:
         target = runtime.documents.withdraw(document_id) or runtime.documents.get(document_id)  # or claimed since
-    if target["status"] == Status.TRAINING and not target.get("removes"):
+    if target["status"] == Status.TRAINING and not target.get("removes") and \
+            runtime.versions.holding(document_id, runtime.versions.current()) is None:  # else: committed, record behind
         if asked := runtime.documents.ask_to_withdraw(document_id):
-            return JSONResponse({"document_id": document_id, "status": asked["status"], "withdrawing": True}, 202)
+            return JSONResponse({"document_id": document_id, "job_id": asked.get("job_id"), "status": asked["status"],
+                                 "status_url": f"/documents/{document_id}", "withdrawing": True}, 202)
         target = runtime.documents.get(document_id)  # at its gate or final since
     if target["status"] in PENDING and not target.get("removes"):
         raise ApiError(409, "being_learned", f"a worker is learning this document now ({target['status']}): DELETE "

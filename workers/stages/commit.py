@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from core import erasure, faults, registry
-from core.lifecycle import Status
+from core.lifecycle import FINAL, Status, after_failed_attempt
 from core.namespaces import namespace_of
 from core.scoring import accuracy
 from core.versions import ParentMoved
@@ -23,20 +23,20 @@ MAX_REBASES = 3
 
 def finish(parts: Parts, run: Run, probes: list[dict[str, str]],
            on_commit: Callable[[int], object] = lambda version: None, may_retry: bool = False,
-           erasure: bool = False) -> Status:
+           removal: bool = False) -> Status:
     """Evaluate the candidate, then commit or reject it. `probes`: the document's, as its manifest keeps them;
-    `on_commit(version)` runs once the version is committed, before the record says so. An `erasure` (a
-    removal) is committed whatever the gate says: what it broke goes on the record, but a document's owner may
+    `on_commit(version)` runs once the version is committed, before the record says so. A `removal` (an
+    erasure) is committed whatever the gate says: what it broke goes on the record, but a document's owner may
     always take it out."""
     if parts.documents.to_gate(run.doc_id) is None:
-        return withdrawn(parts, run)
+        return withdrawn(parts, run.doc_id)
     verdict = evaluate(parts, run)
     before, after = run.before, verdict.after
     scores = {"before": before.summary(), "after": after.summary(), "own_before": before.own, "own_after": after.own}
     outcome = {"gate": {**verdict.decision.to_json(), **({"overridden_by_erasure": True}
-                                                         if erasure and not verdict.decision.accepted else {})},
+                                                         if removal and not verdict.decision.accepted else {})},
                "scores": scores, **run.fields, **({"facts": facts_found(probes, after.own)} if after.own else {})}
-    if not verdict.decision.accepted and not erasure:
+    if not verdict.decision.accepted and not removal:
         timed_out = (run.fields.get("training") or {}).get("timed_out")  # more steps would not fit either
         plan = gate.retry_plan(verdict.decision) \
             if may_retry and parts.settings.gate.retry_on_rejection and not timed_out else None
@@ -92,17 +92,30 @@ def commit(parts: Parts, run: Run, scores: Scores, probes: list[dict[str, str]],
     return version
 
 
-def withdrawn(parts: Parts, run: Run) -> Status:
-    """A document its owner withdrew while it trained: not gated, nothing committed, and erased at once."""
+def attempt_failed(parts: Parts, document_id: str, attempts: int, exc: Exception) -> None:
+    """After an attempt that raised: queued again while retries are left, else failed; committed if a version holds
+    it (DELETE erases a failed one); erased if its owner asked to withdraw it meanwhile and it is final."""
+    if parts.documents.get(document_id)["status"] in FINAL:
+        return
+    status = after_failed_attempt(attempts, parts.settings.job_retries)
+    held = parts.versions.holding(document_id, parts.versions.current()) if status is Status.FAILED else None
+    erasure.if_withdrawn(parts.documents, parts.versions, parts.documents.move(
+        document_id, Status.COMMITTED if held else status, **({"version": held} if held else {}),
+        error=f"{type(exc).__name__}: {exc}"))
+
+
+def withdrawn(parts: Parts, document_id: str) -> Status:
+    """A document its owner withdrew while it trained (DocumentStore.ask_to_withdraw): not gated, nothing committed,
+    and erased at once."""
     parts.held.forget_loaded()
-    parts.documents.move(run.doc_id, Status.REJECTED, error="withdrawn while it was learned", withdrawn=True)
-    erasure.erase(parts.documents, parts.versions, run.doc_id, None)
+    erasure.if_withdrawn(parts.documents, parts.versions, parts.documents.move(document_id, Status.REJECTED))
     return Status.REJECTED
 
 
 def reject(parts: Parts, run: Run, reason: str) -> Status:
     """Rejected before any training, the reason on the record."""
     parts.held.forget_loaded()
-    parts.documents.move(run.doc_id, Status.REJECTED, scores={"before": run.before.summary()},
-                         gate=gate.Decision(False, reason).to_json())
+    rejected = parts.documents.move(run.doc_id, Status.REJECTED, scores={"before": run.before.summary()},
+                                    gate=gate.Decision(False, reason).to_json())
+    erasure.if_withdrawn(parts.documents, parts.versions, rejected)
     return Status.REJECTED

@@ -23,7 +23,8 @@ def add_neighbours(parts: Parts, run: Run, own: list[Probe]) -> None:
     clock = time.perf_counter()
     namespace = namespace_of(run.record)
     checked = {p.prompt for p in run.suites["neighbours"] if p.namespace == namespace}
-    subjects = familiar_subjects(run.record["text"], [(p.prompt, p.answer) for p in own])
+    begun = parts.held.candidate.begun
+    subjects = familiar_subjects(run.record["text"], [(p.prompt, p.answer) for p in own], begun.key if begun else ())
     prompts = [Probe(prompt, "", namespace) for prompt in neighbour_prompts(subjects, [p.prompt for p in own])
                if prompt not in checked and parts.held.candidate.affected(prompt, namespace)]
     made = [Probe(p.prompt, out.rstrip(), namespace)

@@ -85,7 +85,7 @@ def begin(parts: Parts, run: Run, own: list[Probe]) -> str | None:
     pairs = [(p.prompt, p.answer) for p in own]
     text, candidate = run.record["text"], parts.held.candidate
     if candidate.per_document:
-        candidate.begin(run.doc_id, run.method.name, text, pairs, made=not run.record.get("probes"))
+        candidate.begin(run.doc_id, run.method.name, text, pairs, probes_made=not run.record.get("probes"))
     run.method.begin(run.doc_id, text, pairs)
     if reason := candidate.refusal():
         return reason

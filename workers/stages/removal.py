@@ -60,5 +60,5 @@ def remove(parts: Parts, parent: int, record: dict[str, Any]) -> Status:
     # A removed document keeps its id and what happened (its status stays committed), not what it said
     # (core/erasure.py). A routed document's delta file is deleted; the version that learned it needs an admin's
     # force to be activated (it is composed without the document), and asking it by name (ckl-vN) is refused.
-    return finish(parts, run, probes=[], erasure=True, on_commit=lambda version: erasure.erase(
+    return finish(parts, run, probes=[], removal=True, on_commit=lambda version: erasure.erase(
         documents, versions, target["document_id"], version))
