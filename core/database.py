@@ -52,6 +52,14 @@ idempotency = Table(
     Column("body_sha256", String(64), nullable=False),
 )
 
+# The erasures owed and not finished (core/erasure.py): a row is written with an owner's withdrawal, or as an erasure
+# starts, and deleted once it ends, so an erasure a crash cut short is found and finished at the next start.
+erasures_owed = Table(
+    "erasures_owed", metadata,
+    Column("document_id", String(32), primary_key=True),
+    Column("removed_in", Integer),  # the removal's version for a removed document; None for one no version holds
+)
+
 # The version store's tables (core/version_tables.py), used where CKL_OBJECT_STORE_URL is set.
 versions = Table(
     "versions", metadata,

@@ -24,12 +24,14 @@ from sqlalchemy import Connection, delete, func, insert, select, update
 
 from core import database
 from core.database import documents as table
-from core.database import idempotency
+from core.database import erasures_owed, idempotency
 from core.fileio import read_json
 from core.lifecycle import FINAL, PENDING, Status, transition
 
 TIMED = ("train_s", "gate_s", "score_before_s")  # a finished job's seconds, in columns of their own (/metrics)
 IS_PENDING = table.c.status.in_([s.value for s in PENDING])
+# A pending document its owner withdrew is still pending (its worker ends it) but no longer read or counted.
+NOT_WITHDRAWN = table.c.document_id.not_in(select(erasures_owed.c.document_id))
 
 
 class IdempotencyConflict(Exception):
@@ -199,15 +201,16 @@ class DocumentStore:
             return record["status"] == Status.QUEUED and not record.get("removes")
         return self._write_if(document_id, queued,
                               lambda record: {"error": "withdrawn before it was learned", "withdrawn": True},
-                              Status.REJECTED)
+                              Status.REJECTED, owed=True)
 
     def ask_to_withdraw(self, document_id: str) -> dict[str, Any] | None:
         """Its owner's withdrawal of a document a worker is training (DELETE), marked on the record in one write; the
         worker finds the mark when it would take the candidate to the gate (`to_gate`), and rejects it instead. None
-        where it is not training (queued: `withdraw`; at the gate or final: too late to ask)."""
+        where it is not training (queued: `withdraw`; at the gate or final: too late to ask). Both withdrawals owe
+        the erasure in the same write (`owe_erasure`)."""
         def training(record: dict[str, Any]) -> bool:
             return record["status"] == Status.TRAINING and not record.get("removes")
-        return self._write_if(document_id, training, lambda record: {"withdrawing": True})
+        return self._write_if(document_id, training, lambda record: {"withdrawing": True}, owed=True)
 
     def to_gate(self, document_id: str) -> dict[str, Any] | None:
         """A worker takes its trained candidate to the gate (evaluating), in one write; None where its owner asked
@@ -220,9 +223,9 @@ class DocumentStore:
 
     def _write_if(self, document_id: str, when: Callable[[dict[str, Any]], bool],
                   fields: Callable[[dict[str, Any]], dict[str, Any]],
-                  status: Status | None = None) -> dict[str, Any] | None:
-        """One write of `fields(record)` (and `status`), if `when(record)`: both read under the lock, so another
-        writer's move comes before or after this one, whole. None: not written."""
+                  status: Status | None = None, owed: bool = False) -> dict[str, Any] | None:
+        """One write of `fields(record)` (and `status`, and the erasure owed), if `when(record)`: both read under the
+        lock, so another writer's move comes before or after this one, whole. None: not written."""
         with self._writing() as connection:
             record = self._read(connection, document_id, lock=True)
             if not when(record):
@@ -232,7 +235,33 @@ class DocumentStore:
                 changed = {**changed, "status": transition(record["status"], status).value}
             record.update(changed, updated_at=time.time())
             self._store(connection, record)
+            if owed:
+                self._owe(connection, document_id, None)
             return record
+
+    def owe_erasure(self, document_id: str, removed_in: int | None) -> None:
+        """Note that the document is to be erased (`removed_in`: its removal's version), until `erasure_finished`."""
+        with self._writing() as connection:
+            self._owe(connection, document_id, removed_in)
+
+    @staticmethod
+    def _owe(connection: Connection, document_id: str, removed_in: int | None) -> None:
+        connection.execute(delete(erasures_owed).where(erasures_owed.c.document_id == document_id))
+        connection.execute(insert(erasures_owed).values(document_id=document_id, removed_in=removed_in))
+
+    def erasure_finished(self, document_id: str) -> None:
+        with self._writing() as connection:
+            connection.execute(delete(erasures_owed).where(erasures_owed.c.document_id == document_id))
+
+    def erasures_owed(self) -> list[tuple[str, int | None]]:
+        """(document id, removal's version) of each erasure owed and not finished."""
+        with self.engine.connect() as connection:
+            return [tuple(row) for row in connection.execute(select(erasures_owed))]
+
+    def owes_erasure(self, document_id: str) -> bool:
+        with self.engine.connect() as connection:
+            return connection.scalar(select(erasures_owed.c.document_id)
+                                     .where(erasures_owed.c.document_id == document_id)) is not None
 
     def _records(self, query) -> list[dict[str, Any]]:
         with self.engine.connect() as connection:
@@ -264,8 +293,8 @@ class DocumentStore:
             return dict(connection.execute(select(table.c.status, func.count()).group_by(table.c.status)).all())
 
     def pending_count(self, owner: str | None = None) -> int:
-        """Records queued or in training (of `owner` alone, when named)."""
-        query = select(func.count()).select_from(table).where(IS_PENDING)
+        """Records queued or in training (of `owner` alone, when named), but those their owners withdrew."""
+        query = select(func.count()).select_from(table).where(IS_PENDING, NOT_WITHDRAWN)
         with self.engine.connect() as connection:
             return connection.scalar(query if owner is None else query.where(table.c.owner == owner))
 
@@ -279,6 +308,8 @@ class DocumentStore:
         return self._records(select(table.c.record).where(IS_PENDING))
 
     def pending_ids(self) -> list[str]:
-        """The pending records' ids, oldest first: what is pending, without reading every record."""
+        """The pending records' ids, oldest first, but those their owners withdrew: what may be read as context,
+        without reading every record."""
         with self.engine.connect() as connection:
-            return list(connection.scalars(select(table.c.document_id).where(IS_PENDING).order_by(table.c.seq)))
+            return list(connection.scalars(select(table.c.document_id).where(IS_PENDING, NOT_WITHDRAWN)
+                                           .order_by(table.c.seq)))

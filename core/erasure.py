@@ -3,13 +3,21 @@ said. Its record keeps only bookkeeping fields; the manifest of the version that
 routing key, neighbours and scores, and a per-document method's delta file (composing skips an erased document,
 so no version reads it again); other versions and records lose the facts of it they replaced; and the idempotency
 keys that named it are deleted (they hold a hash of its body). A whole-version method's delta (the memory's rows)
-stays: later versions are composed from it."""
+stays: later versions are composed from it.
+
+An erasure is owed from its start (or from its owner's withdrawal) to its end, in the database
+(DocumentStore.owe_erasure): one a crash cut short is finished at the next start (`finish_owed`), and a DELETE
+repeated meanwhile erases again."""
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from core.documents import DocumentStore
-from core.lifecycle import Status
+from core import faults
+from core.documents import DocumentStore, UnknownDocument
+from core.lifecycle import PENDING, Status
+
+log = logging.getLogger(__name__)
 from core.versions import VersionStore
 
 # What a record keeps after erasure: bookkeeping, nothing derived from the text.
@@ -49,8 +57,10 @@ def erase(documents: DocumentStore, versions: VersionStore, document_id: str, re
     document that never became part of any version: rejected or failed). Every version folder is looked into,
     orphans too (a crash left them unserved, not empty); a manifest that cannot be read and names the document is
     emptied, and one that does not is left as it is: neither stops the erasure."""
+    documents.owe_erasure(document_id, removed_in)  # first: from here a crash leaves it owed
     documents.replace(document_id, lambda record: {**scrubbed_record(record), "removed_in_version": removed_in,
                                                    "erased": True})
+    faults.kill_point("erasing")
     documents.forget_idempotency(document_id)
     for record in documents.mentioning(document_id):
         if any(e.get("document_id") == document_id for e in record.get("replaces") or []):
@@ -67,4 +77,28 @@ def erase(documents: DocumentStore, versions: VersionStore, document_id: str, re
         elif any(e.get("document_id") == document_id for e in manifest.get("replaces", [])):
             versions.rewrite_manifest(version, {**manifest,
                                                 "replaces": without_replaced(manifest["replaces"], document_id)})
-    documents.truncate_log()  # last: the log's old pages hold every record rewritten above
+    documents.truncate_log()  # the log's old pages hold every record rewritten above
+    documents.erasure_finished(document_id)
+
+
+def finish_owed(documents: DocumentStore, versions: VersionStore) -> list[str]:
+    """Finish the erasures a crash cut short (at start, after `core/recovery.py: resumable` ended what a dead worker
+    left): those of final documents. A pending one's withdrawal is its worker's to end, at its gate or its next
+    claim. Returns the ids erased."""
+    erased = []
+    for document_id, removed_in in documents.erasures_owed():
+        try:
+            record = documents.get(document_id)
+        except UnknownDocument:  # no record (one a POST took back): nothing to erase
+            documents.erasure_finished(document_id)
+            continue
+        if record["status"] in PENDING or (record["status"] == Status.COMMITTED and removed_in is None):
+            if record["status"] == Status.COMMITTED:
+                log.warning("document %s is owed an erasure but served, and no removal names it", document_id)
+            continue
+        if record.get("withdrawing"):
+            if_withdrawn(documents, versions, record)
+        else:
+            erase(documents, versions, document_id, removed_in)
+        erased.append(document_id)
+    return erased

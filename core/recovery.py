@@ -31,9 +31,7 @@ def resumable(documents: DocumentStore, retries: int, holding: Callable[[str], i
                 erase(record["removes"], version)
             documents.move(record["document_id"], Status.COMMITTED, version=version, error=None)
         else:
-            failed = documents.move(record["document_id"], Status.FAILED,
-                                    error=f"the worker stopped during all {record['attempts']} attempts")
-            if failed.get("withdrawing"):  # its owner asked to withdraw it while it trained: owed the erasure
-                documents.update(record["document_id"], withdrawn=True)
-                erase(record["document_id"], None)
+            # One its owner asked to withdraw meanwhile is owed its erasure: core/erasure.py: finish_owed, next.
+            documents.move(record["document_id"], Status.FAILED,
+                           error=f"the worker stopped during all {record['attempts']} attempts")
     return again

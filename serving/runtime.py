@@ -99,6 +99,8 @@ class Runtime:
                         self.documents, s.job_retries, lambda doc: self.versions.holding(doc, held),
                         partial(erasure.erase, self.documents, self.versions)):
                     self.queue.enqueue(record, record["attempts"])
+            for document_id in erasure.finish_owed(self.documents, self.versions):  # a crash cut them short
+                log.warning("finished the erasure of document %s", document_id)
             threading.Thread(target=self._watch, daemon=True, name="ckl-version-watcher").start()
             self.serving = serving
         except Exception as exc:  # shown by /ready instead of a silent dead server

@@ -6,7 +6,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -194,3 +198,56 @@ def test_a_failed_document_a_version_holds_is_not_erased_while_served(tmp_path):
         refused = client.delete(f"/documents/{failed['document_id']}")
         assert refused.status_code == 409 and refused.json()["error"]["code"] == "held_by_version", refused.json()
         assert "erased" not in documents.get(failed["document_id"])
+
+
+KILLED_MID_ERASURE = """
+import sys
+from pathlib import Path
+from core.documents import DocumentStore
+from core.erasure import erase
+from core.version_folders import FolderVersionStore
+root = Path(sys.argv[1])
+erase(DocumentStore(root), FolderVersionStore(root / "versions"), sys.argv[2], None)
+"""
+
+
+def killed_mid_erasure(root: Path, document_id: str) -> None:
+    """Erase the document in a process of its own, killed once the record is scrubbed (core/faults.py: a real
+    SIGKILL, the idempotency key and the log not yet dealt with)."""
+    done = subprocess.run([sys.executable, "-c", KILLED_MID_ERASURE, str(root), document_id], capture_output=True,
+                          text=True, timeout=120, cwd=Path(__file__).parents[1],
+                          env={**os.environ, "CKL_FAULT_KILL_AT": "erasing"})
+    assert done.returncode == -signal.SIGKILL, done.stderr
+
+
+def test_an_erasure_a_crash_cut_short_is_finished_by_a_repeated_delete_and_at_the_next_start(tmp_path):
+    """An erasure is owed from its start, or from its owner's withdrawal, to its end: one a killed process cut short
+    (the record scrubbed, its idempotency key, a hash of the body, still there) is finished by the next start, or by
+    a DELETE repeated before it; a document withdrawn while it trained whose worker died after rejecting it (that
+    state made here by hand) is erased at the next start too."""
+    documents = DocumentStore(tmp_path)
+    bodies = [{**{k: v for k, v in SECRET.items() if k != "idempotency_key"}, "text": f"{SECRET['text']} {n}"}
+              for n in ("one", "two", "three")]
+    ids = []
+    for n, body in enumerate(bodies):
+        record, _ = documents.create(body, json.dumps(["user", None, f"secret-{n}"]))
+        documents.move(record["document_id"], Status.TRAINING)
+        ids.append(record["document_id"])
+    for document_id in ids[:2]:
+        documents.move(document_id, Status.FAILED, error="the worker stopped")
+    killed_mid_erasure(tmp_path, ids[0])
+    assert documents.get(ids[0])["erased"] and documents.owes_erasure(ids[0])
+    assert documents.idempotency_count(ids[0]) == 1
+    assert documents.ask_to_withdraw(ids[2])["withdrawing"] and documents.pending_count() == 0  # withdrawn: not counted
+    documents.move(ids[2], Status.REJECTED, error="withdrawn")  # its worker's last write before it died
+    with tiny_client(tiny_settings(tmp_path)) as client:
+        assert [documents.owes_erasure(d) for d in ids] == [False, False, False]
+        assert documents.idempotency_count(ids[0]) == 0
+        withdrawn = client.get(f"/documents/{ids[2]}").json()
+        assert (withdrawn["erased"], withdrawn["withdrawn"], "text" in withdrawn) == (True, True, False)
+        killed_mid_erasure(tmp_path, ids[1])
+        assert documents.owes_erasure(ids[1]) and documents.idempotency_count(ids[1]) == 1
+        again = client.delete(f"/documents/{ids[1]}")
+        assert again.status_code == 200 and again.json()["erased"] is True
+        assert not documents.owes_erasure(ids[1]) and documents.idempotency_count(ids[1]) == 0
+    assert [leftovers(tmp_path, body) for body in bodies] == [[], [], []]

@@ -105,7 +105,8 @@ def assert_knowledge_as_context(client, veltoria: str, used: list[dict]) -> None
 def test_a_document_not_learned_yet_is_read_as_context_from_the_moment_it_is_stored(tmp_path, redis_url):
     """No worker takes the queue (a real Redis), so the document stays queued: a prompt that names it gets its text
     as context, the same tokens as that text sent before the prompt to version 0, while the weights answer without
-    it; another namespace's key and a request on a version asked by name do not reach it."""
+    it; another namespace's key and a request on a version asked by name do not reach it, nor any request once its
+    owner withdrew it."""
     keys = [KeyConfig(name=n, sha256=hash_key(f"key-{n}"), scopes=["teach", "generate"], namespace=n)
             for n in ("acme", "globex")]
     acme, globex = ({"Authorization": f"Bearer key-{n}"} for n in ("acme", "globex"))
@@ -134,6 +135,13 @@ def test_a_document_not_learned_yet_is_read_as_context_from_the_moment_it_is_sto
         assert tower.status_code == 202, tower.text
         read = ask(client, prompt="paris is a city in", knowledge_as="context")["knowledge"]
         assert read["context"] == [tower.json()["document_id"]]
+        # Withdrawn by its owner while a worker has it, a document is no longer read, nor counted as waiting.
+        client.learner.documents.move(document, "training")
+        owner = client.learner.documents.get(document)["owner"]
+        waiting = client.learner.documents.pending_count(owner)
+        assert client.delete(f"/documents/{document}").json()["withdrawing"] is True
+        assert ask(client, knowledge_as="context")["knowledge"]["context"] == []
+        assert client.learner.documents.pending_count(owner) == waiting - 1
 
 
 def test_a_prompt_naming_a_known_subject_reads_its_documents_as_context(tmp_path):

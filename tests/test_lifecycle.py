@@ -3,9 +3,10 @@ import json
 
 import pytest
 
-from core import recovery
+from core import erasure, recovery
 from core.documents import DocumentStore
 from core.lifecycle import FINAL, MOVES, PENDING, IllegalTransition, Status, after_failed_attempt, transition
+from core.version_folders import FolderVersionStore
 from tests.database import rows
 
 LEGAL = [(current, new) for current, targets in MOVES.items() for new in sorted(targets)]
@@ -86,7 +87,8 @@ def test_a_record_moves_through_the_store_and_update_does_not_write_a_status(tmp
 
 
 def test_resumable_fails_a_document_the_worker_died_in_at_every_allowed_attempt(tmp_path):
-    """One its owner asked to withdraw while it trained is erased as it fails: the owner was answered 202."""
+    """One its owner asked to withdraw while it trained fails too, owed its erasure (the owner was answered 202),
+    which the start finishes next (core/erasure.py: finish_owed)."""
     store = DocumentStore(tmp_path)
     died = [store.create({"text": t}, None)[0]["document_id"] for t in ("a", "b", "c")]
     store.move(died[0], Status.TRAINING, attempts=2)  # at the cap with 1 retry: failed
@@ -98,7 +100,10 @@ def test_resumable_fails_a_document_the_worker_died_in_at_every_allowed_attempt(
     assert [r["document_id"] for r in again] == [died[1]]
     assert store.get(died[0])["status"] == "failed" and "all 2 attempts" in store.get(died[0])["error"]
     assert store.get(died[1])["status"] == "training"
-    assert erased == [(died[2], None)] and store.get(died[2])["withdrawn"] is True
+    assert erased == [] and store.get(died[2])["status"] == "failed" and store.erasures_owed() == [(died[2], None)]
+    assert erasure.finish_owed(store, FolderVersionStore(tmp_path / "versions")) == [died[2]]
+    assert store.get(died[2])["withdrawn"] is True and store.get(died[2])["erased"] is True
+    assert store.erasures_owed() == [] and "text" not in store.get(died[2])
 
 
 @pytest.mark.parametrize("status", [Status.TRAINING, Status.EVALUATING])

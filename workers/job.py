@@ -92,7 +92,8 @@ def record_failed_attempt(settings: Settings, document_id: str, error: str) -> N
 
 
 def requeue_interrupted(settings: Settings, queue: RQQueue) -> list[str]:
-    """Queue again every document a dead worker left unfinished (jobs are idempotent: a finished one is skipped)."""
+    """Queue again every document a dead worker left unfinished (jobs are idempotent: a finished one is skipped), and
+    finish the erasures a crash cut short."""
     documents = DocumentStore(settings.data_dir, settings.database_url)
     versions = open_versions(settings)
     requeued = []
@@ -105,6 +106,8 @@ def requeue_interrupted(settings: Settings, queue: RQQueue) -> list[str]:
         job_id = queue.enqueue(record, record["attempts"] + 1)
         documents.move(record["document_id"], Status.QUEUED, job_id=job_id)
         requeued.append(record["document_id"])
+    for document_id in erasure.finish_owed(documents, versions):  # a crash cut them short
+        log.warning("finished the erasure of document %s", document_id)
     return requeued
 
 
