@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from core.documents import DocumentStore
-from core.lifecycle import Status
+from core.lifecycle import PENDING, Status
 from core.version_folders import FolderVersionStore, sha256_file
 from core.versions import UnknownVersion
 
@@ -116,6 +116,10 @@ def check(data_dir: Path, database_url: str | None = None) -> list[Finding]:
                 and not record.get("removes"):
             found.append(Finding("record_version_missing", f"{document_id}: version {record['version']}",
                                  "teach the document again, or restore the version"))
+    for document_id, _ in documents.erasures_owed():  # a crash cut it short: finished at the next start
+        if document_id in known and documents.get(document_id)["status"] not in PENDING:
+            found.append(Finding("erasure_owed", document_id,
+                                 "start the server or a worker (each finishes it), or DELETE the document again"))
     for document_id, version in sorted(held.items()):
         if document_id not in known:
             found.append(Finding("record_missing", f"{document_id}, held by version {version}",

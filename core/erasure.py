@@ -16,9 +16,9 @@ from typing import Any
 from core import faults
 from core.documents import DocumentStore, UnknownDocument
 from core.lifecycle import PENDING, Status
+from core.versions import VersionStore
 
 log = logging.getLogger(__name__)
-from core.versions import VersionStore
 
 # What a record keeps after erasure: bookkeeping, nothing derived from the text.
 RECORD_KEPT = ("document_id", "status", "method", "weighting", "owner", "namespace", "created_at", "updated_at",
