@@ -58,6 +58,12 @@ def columns(record: dict[str, Any]) -> dict[str, Any]:
             **{key: timings.get(key) for key in TIMED}, "record": json.dumps(record, ensure_ascii=False)}
 
 
+def owe(connection: Connection, document_id: str, removed_in: int | None) -> None:
+    """The document's erasure owed, in the transaction of `connection` (core/erasure.py)."""
+    connection.execute(delete(erasures_owed).where(erasures_owed.c.document_id == document_id))
+    connection.execute(insert(erasures_owed).values(document_id=document_id, removed_in=removed_in))
+
+
 class DocumentStore:
     def __init__(self, root: Path, url: str | None = None) -> None:
         self.root = root
@@ -236,32 +242,24 @@ class DocumentStore:
             record.update(changed, updated_at=time.time())
             self._store(connection, record)
             if owed:
-                self._owe(connection, document_id, None)
+                owe(connection, document_id, None)
             return record
 
     def owe_erasure(self, document_id: str, removed_in: int | None) -> None:
         """Note that the document is to be erased (`removed_in`: its removal's version), until `erasure_finished`."""
         with self._writing() as connection:
-            self._owe(connection, document_id, removed_in)
-
-    @staticmethod
-    def _owe(connection: Connection, document_id: str, removed_in: int | None) -> None:
-        connection.execute(delete(erasures_owed).where(erasures_owed.c.document_id == document_id))
-        connection.execute(insert(erasures_owed).values(document_id=document_id, removed_in=removed_in))
+            owe(connection, document_id, removed_in)
 
     def erasure_finished(self, document_id: str) -> None:
         with self._writing() as connection:
             connection.execute(delete(erasures_owed).where(erasures_owed.c.document_id == document_id))
 
-    def erasures_owed(self) -> list[tuple[str, int | None]]:
-        """(document id, removal's version) of each erasure owed and not finished."""
+    def erasures_owed(self, document_id: str | None = None) -> list[tuple[str, int | None]]:
+        """(document id, removal's version) of each erasure owed and not finished (of `document_id`'s alone)."""
+        query = select(erasures_owed)
         with self.engine.connect() as connection:
-            return [tuple(row) for row in connection.execute(select(erasures_owed))]
-
-    def owes_erasure(self, document_id: str) -> bool:
-        with self.engine.connect() as connection:
-            return connection.scalar(select(erasures_owed.c.document_id)
-                                     .where(erasures_owed.c.document_id == document_id)) is not None
+            return [tuple(row) for row in connection.execute(
+                query if document_id is None else query.where(erasures_owed.c.document_id == document_id))]
 
     def _records(self, query) -> list[dict[str, Any]]:
         with self.engine.connect() as connection:

@@ -145,7 +145,7 @@ def delete_document(document_id: str, runtime: RuntimeDep,
                                                    "it is served, so it is not erased at once; roll back to a "
                                                    "version before it")
         # Erased already: a repeated DELETE writes and scans nothing again, unless a crash cut the erasure short.
-        if not target.get("erased") or runtime.documents.owes_erasure(document_id):
+        if not target.get("erased") or runtime.documents.erasures_owed(document_id):
             erasure.erase(runtime.documents, runtime.versions, document_id, None)
         return JSONResponse({"document_id": document_id, "status": target["status"], "erased": True,
                              "withdrawn": bool(target.get("withdrawn"))})
