@@ -1,11 +1,12 @@
-"""How the teaching benchmark scores answers: each fact asked in up to four forms, answered five ways, greedily, as a
+"""How the teaching benchmark scores answers: each fact asked in up to four forms, answered six ways, greedily, as a
 user reads the answer.
 
 Forms: the cloze prompt (Rel: the answer starts the 8-token continuation), an unseen paraphrase (Gen: the same), a
 plain question (`Question: ...?\\nAnswer:`, QA: the answer within the 16-token continuation), and the same question
 as a user's message to /v1/chat/completions (Chat: the same; the service's ways only).
 Ways (`MODES`): the service as it answers after teaching, with its knowledge as weights (the deltas), as context
-(the routed documents' text before the prompt) or both (`knowledge_as`); BM25 retrieval (the top-2 taught documents
+(the routed documents' text before the prompt), both, or auto, the server's default (both where the prompt is
+routed; `knowledge_as`); BM25 retrieval (the top-2 taught documents
 before the prompt, the base model); and the in-context upper bound (the fact's own document before the prompt, the
 base model). Requests go 16 at a time: the server decodes them in one batch.
 """
@@ -20,8 +21,8 @@ import httpx
 from bench.retrieval import bm25_top
 
 FORMS = {"rel": ("probe", 8), "gen": ("paraphrase", 8), "qa": ("question", 16), "chat": ("question", 16)}
-SERVICE = ("weights", "context", "both")
-MODES = ("weights", "context", "both", "retrieval", "in_context")
+SERVICE = ("weights", "context", "both", "auto")
+MODES = ("weights", "context", "both", "auto", "retrieval", "in_context")
 CONCURRENCY = 16
 
 
@@ -35,15 +36,12 @@ def chat(mode: str, question: str, tokens: int) -> tuple[str, dict]:
     """The question as a user's message: "Question: Who founded X?\nAnswer:" -> "Who founded X?"."""
     message = question.removeprefix("Question:").removesuffix("Answer:").strip()
     return "/v1/chat/completions", {"model": "ckl", "messages": [{"role": "user", "content": message}],
-                                    "max_tokens": tokens, "temperature": 0,
-                                    **({"knowledge_as": mode} if mode != "weights" else {})}
+                                    "max_tokens": tokens, "temperature": 0, "knowledge_as": mode}
 
 
 def body(mode: str, prompt: str, tokens: int, own: str, documents: list[str]) -> dict:
     """The /generate request that asks `prompt` the way `mode` answers."""
-    if mode == "weights":  # the server's default: a server from before `knowledge_as` answers it too
-        return {"prompt": prompt, "max_new_tokens": tokens}
-    if mode in ("context", "both"):
+    if mode in SERVICE:
         return {"prompt": prompt, "max_new_tokens": tokens, "knowledge_as": mode}
     texts = [own] if mode == "in_context" else [documents[i] for i in bm25_top(prompt, documents)]
     return {"prompt": "\n".join(texts) + "\n" + prompt, "max_new_tokens": tokens, "knowledge": "off"}
@@ -102,3 +100,19 @@ def summary(results: list[dict], modes: tuple[str, ...] = MODES) -> dict:
 
 def share(flags: list[bool]) -> float | None:
     return round(statistics.mean(flags), 3) if flags else None
+
+
+def complete(url: str, prompt: str, tokens: int = 8, way: str | None = None) -> str:
+    """The answer a client gets that asks its knowledge `way` (None: that does not say, the server's default)."""
+    body = {"prompt": prompt, "max_new_tokens": tokens, **({"knowledge_as": way} if way else {})}
+    return httpx.post(f"{url}/generate", json=body, timeout=600).json()["text"]
+
+
+def unchanged_by_way(url: str, before: dict[str, str], ways: tuple[str, ...]) -> dict[str, float | None]:
+    """Per way of answering, the share of prompts answered after teaching as before it (`before`: prompt -> answer,
+    on the fresh server, where every way answers as the base model)."""
+    return {way: share([complete(url, p, way=way) == out for p, out in before.items()]) for way in ways}
+
+
+def completes(url: str, probe: dict, tokens: int = 8) -> bool:
+    return complete(url, probe["prompt"], tokens).strip().startswith(probe["answer"])

@@ -224,7 +224,7 @@ def answers_after_swap(client: httpx.Client, swapped: int, timeout_s: float = 12
         if time.monotonic() > deadline:
             return None
         time.sleep(0.05)
-    body = {"prompt": "Who is the mayor of Brannoch3 now?", "max_new_tokens": 1}
+    body = {"prompt": "Who is the mayor of Brannoch3 now?", "max_new_tokens": 1, "knowledge_as": "weights"}  # no text
     return {name: timed(lambda _: client.post("/generate", json=body), 1)["p50_ms"] for name in ("first_ms", "next_ms")}
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.answering import FORMS, MODES, score, share, summary
+from bench.answering import FORMS, MODES, SERVICE, complete, completes, score, share, summary, unchanged_by_way
 from bench.server import running_server
 from core.scoring import join_probe
 from core.subjects import words
@@ -49,14 +49,6 @@ FACTS = Path(__file__).with_name("facts.jsonl")
 GENERAL = Path(__file__).with_name("general_prompts.txt")
 LAMA_ROWS = 100
 LAMA_TOKENS = 4  # LAMA-ckl objects are short
-
-
-def complete(url: str, prompt: str, tokens: int = 8) -> str:
-    return httpx.post(f"{url}/generate", json={"prompt": prompt, "max_new_tokens": tokens}, timeout=600).json()["text"]
-
-
-def completes(url: str, probe: dict, tokens: int = 8) -> bool:
-    return complete(url, probe["prompt"], tokens).strip().startswith(probe["answer"])
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -196,6 +188,12 @@ def before_learned(url: str, facts: list[dict], texts: list[str], modes: tuple[s
             "committed_by_then": sum(r["status"] == "committed" for r in records)}
 
 
+def replaced_given(url: str, old: list[dict], texts: list[str], ways: tuple[str, ...]) -> int:
+    """How many replaced facts some way of the service still answers with the old answer (cloze or paraphrase)."""
+    answers = score(url, old, texts, ways)
+    return sum(any(r["modes"][m].get("rel") or r["modes"][m].get("gen") for m in ways) for r in answers)
+
+
 def run(url: str, documents: list[dict], method: str | None, weighting: str | None = None, probes: bool = True,
         lama: Path | None = None, modes: tuple[str, ...] = ("weights",), at_once: bool = False,
         early: tuple[str, ...] = ()) -> dict:
@@ -210,8 +208,8 @@ def run(url: str, documents: list[dict], method: str | None, weighting: str | No
                  lambda: asked_early.update(before_learned(url, facts, texts, early)) if early else None)
     neighbours_after = {prompt: complete(url, prompt) for prompt in neighbours}
     answers = score(url, facts, texts, modes, asked=lambda fact: fact["current"])
-    old = score(url, [f for f, out in zip(facts, gone) if out], texts, ("weights",))
-    old_given = [r for r in old if r["modes"]["weights"].get("rel") or r["modes"]["weights"].get("gen")]
+    ways = tuple(mode for mode in modes if mode in SERVICE) or ("weights",)
+    old_given = replaced_given(url, [f for f, out in zip(facts, gone) if out], texts, ways)
     after = [complete(url, p) for p in prompts]
     per_document(rows, facts, answers)
     current = [(f, r) for f, r in zip(facts, answers) if f["current"]]
@@ -222,8 +220,7 @@ def run(url: str, documents: list[dict], method: str | None, weighting: str | No
     return {
         "documents": len(rows), "facts": len(facts), "method": method or "server default", "probes_sent": probes,
         "committed": sum(row["status"] == "committed" for row in rows),
-        "current_facts": len(current),
-        "replaced_answers_given": len(old_given),
+        "current_facts": len(current), "replaced_answers_given": old_given,
         "rejected": sum(row["status"] == "rejected" for row in rows),
         "failed": sum(row["status"] == "failed" for row in rows),
         "post_to_final_s": {"p50": percentile(seconds, 0.5), "p95": percentile(seconds, 0.95)},
@@ -239,10 +236,11 @@ def run(url: str, documents: list[dict], method: str | None, weighting: str | No
         "before_learned": asked_early or None,
         # A question that needs two taught facts (a fact's `two_facts` paraphrase, bench/sets/two-facts.jsonl).
         "two_facts": share([r["modes"]["weights"]["gen"] for f, r in current if f.get("two_facts")]),
-        "nf_acc_min": min(nf) if nf else None,
-        "nf_acc_after_each": nf,
+        "nf_acc_min": min(nf) if nf else None, "nf_acc_after_each": nf,
         "general_prompts_unchanged": share([a == b for a, b in zip(before, after)]),
         "neighbours_unchanged": share([neighbours_after[p] == out for p, out in neighbours.items()]),
+        "general_prompts_unchanged_by_way": unchanged_by_way(url, dict(zip(prompts, before)), ways),  # each way asked
+        "neighbours_unchanged_by_way": unchanged_by_way(url, neighbours, ways),
         "neighbours_changed": [{"prompt": p, "before": out, "after": neighbours_after[p]}
                                for p, out in neighbours.items() if neighbours_after[p] != out],
         "auto_probes": None if probes else auto_probe_quality(documents, rows),
@@ -295,7 +293,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--facts", type=Path, default=FACTS, help="JSONL facts (ckl bench make-facts makes more)")
     add_data_argument(parser, "--lama", "LAMA-ckl folder for the second NF set; without one, no second set")
     parser.add_argument("--retrieval", action="store_true",
-                        help="also answer every current fact the other ways: knowledge as context and as both, BM25 "
+                        help="also answer every current fact the other ways: knowledge as context, both and auto, BM25 "
                              "retrieval (the top-2 documents before the prompt, version 0), and the fact's own "
                              "document before the prompt (version 0, the in-context upper bound)")
     parser.add_argument("--modes", type=mode_list, help=f"the ways to answer, comma-separated (default: weights; with --retrieval: "

@@ -53,12 +53,15 @@ class Accepted:
         probes = [(p["prompt"], p["answer"]) for p in record.get("probes") or []]
         return namespace_of(record), reading_key(record.get("text") or "", probes, self.threshold)
 
-    def reached(self, prompt: str, keys: Keys, most: int) -> list[dict[str, Any]]:
+    def reached(self, prompt: str, keys: Keys, most: int, by_subject: bool = True) -> list[dict[str, Any]]:
         """The pending documents `prompt` is routed to, cited as a learned document is: id, score and terms; where
-        it is routed to none, the newest `most` about a known subject whose name it holds (core/routing: `named`)."""
+        it is routed to none (and `by_subject`), the newest `most` about a known subject whose name it holds
+        (core/routing: `named`)."""
         if not keys:
             return []
         index, prompt_words = KeyIndex(keys), words(prompt)
         if routed := route(prompt, index, self.threshold):
             return [{"document_id": d, **evidence(prompt_words, index.key_of(d))} for d in routed]
+        if not by_subject:
+            return []
         return [{"document_id": d, **by_name(prompt_words, index.key_of(d))} for d in named(prompt, index, most)]

@@ -18,7 +18,7 @@ from core.state import Knowledge as VersionKnowledge
 from core.state import resolve, restored_by
 from service.accepted import Accepted
 from service.errors import ApiError, busy, field_error
-from service.in_context import MAX_DOCUMENTS, InContext, surer, with_context
+from service.in_context import MAX_DOCUMENTS, InContext, Read, surer, with_context
 from service.metrics import Metrics
 from service.schemas import DOCUMENT_NAME, Knowledge, KnowledgeAs
 from serving.batching import BUSY_GAP_S, Scheduler
@@ -55,6 +55,9 @@ class GenerationService:
         self._scheduler: Scheduler | None = None
         self._scheduler_lock = threading.Lock()
         self._accepted = Accepted(self.settings.routing_threshold)
+        # A request's default way: the served method's (CKL_<METHOD>_KNOWLEDGE_AS); one that reads no text, weights.
+        self.knowledge_as: KnowledgeAs = getattr(self.settings.method_config(self.settings.method), "knowledge_as",
+                                                 "weights")
         runtime.decoding = self.decoding
 
     def decoding(self, within_s: float = BUSY_GAP_S) -> bool:
@@ -130,20 +133,24 @@ class GenerationService:
                                   "per-document method can be chosen, by id or by subject") from None
         return version
 
-    def text_of(self, document_id: str) -> str | None:
-        """A routed document's text (None for one erased since the route was decided)."""
+    def text_of(self, document_id: str) -> Read | None:
+        """A routed document's text and the answers it replaced (None for one erased since the route was decided)."""
         try:
-            return self.runtime.documents.get(document_id).get("text")
+            record = self.runtime.documents.get(document_id)
         except UnknownDocument:
             return None
+        if record.get("text") is None:
+            return None
+        return Read(record["text"], tuple(r["answer"] for r in record.get("replaces") or []))
 
-    def accepted(self, version: int | None, choice: Choice) -> Callable[[str], list[dict[str, Any]]]:
+    def accepted(self, version: int | None, choice: Choice,
+                 by_subject: bool = True) -> Callable[[str], list[dict[str, Any]]]:
         """The documents not learned yet a prompt reaches as context: for a request that routes on the current
-        version (service/accepted.py)."""
+        version (service/accepted.py); `by_subject`: also those about a known subject it names."""
         if version is not None or choice.named:
             return lambda prompt: []
         keys = self._accepted.keys(self.runtime.documents, choice.namespaces, self.serving().per_document)
-        return lambda prompt: self._accepted.reached(prompt, keys, MAX_DOCUMENTS)
+        return lambda prompt: self._accepted.reached(prompt, keys, MAX_DOCUMENTS, by_subject)
 
     def loader(self, version: int | None) -> Callable[[], VersionKnowledge] | None:
         """How to load `version` if the served model does not hold it (None for version 0, always held)."""
@@ -151,11 +158,12 @@ class GenerationService:
 
     def stream(self, ids: list[int], params: SamplingParams, version: int | None = None,
                knowledge: Chosen = "auto", caller: Caller | None = None,
-               knowledge_as: KnowledgeAs = "weights") -> Admitted:
+               knowledge_as: KnowledgeAs | None = None) -> Admitted:
         """Text pieces, then the Generation. Checked now, before a streamed response sends anything: 404 for a
         version that cannot be asked, 422 for knowledge it does not hold or the caller may not name, 429 when as
         many generations run and wait as the settings allow. `knowledge_as`: the knowledge as weights, as the
-        documents' text before the prompt, or both ways at once (service/in_context.py)."""
+        documents' text before the prompt, or both ways at once (service/in_context.py); None: the server's."""
+        knowledge_as = knowledge_as or self.knowledge_as
         scheduler = self.scheduler()
         version = self.version(version)
         choice = self.choice(knowledge, caller)
@@ -179,8 +187,10 @@ class GenerationService:
                 version = self.held(version, choice)
             load = self.loader(version)
             if knowledge_as != "weights":
+                by_subject = knowledge_as != "auto"  # auto reads only the documents the prompt is routed to
                 made = with_context(self.serving(), ids, version, load, choice, self.text_of,
-                                    self.settings.limits.max_prompt_tokens, self.accepted(version, choice))
+                                    self.settings.limits.max_prompt_tokens, self.accepted(version, choice, by_subject),
+                                    by_subject)
         except BaseException:
             slot.release()
             raise
@@ -226,12 +236,12 @@ Decoded = Callable[..., Iterator[str | Generation]]  # a prompt's ids and choice
 def answers(decoded: Decoded, ids: list[int], choice: Choice, params: SamplingParams, made: InContext | None,
             knowledge_as: KnowledgeAs) -> Iterator[str | Generation]:
     """The request's pieces and Generation with its knowledge as asked: as weights (the prompt as sent), as context
-    (`made`), or both ways at once, the surer answer given whole (in_context.surer). Both ways with no document to
-    read is the prompt as sent, decoded once: nothing is routed to it that its text would not also be."""
-    if knowledge_as == "both" and made is not None and made.documents:
+    (`made`), or both ways at once (both, auto), the surer answer given whole (in_context.surer). Both ways with no
+    document to read is the prompt as sent, decoded once: nothing is routed to it that its text would not also be."""
+    if knowledge_as in ("both", "auto") and made is not None and made.documents:
         result = surer(lambda i, c: decoded(i, c, replace(params, confidence=True), None), made, ids, choice)
         yield from (result.text, result) if result.text else (result,)
-    elif knowledge_as == "both":
+    elif knowledge_as in ("both", "auto"):
         for item in decoded(ids, choice):
             if isinstance(item, Generation):
                 item.answered_as = "weights"

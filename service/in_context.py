@@ -1,13 +1,15 @@
 """Knowledge as context: the text of the documents a prompt is routed to, put before it.
 
-A request chooses how its knowledge answers (`knowledge_as`): as weights (the routed documents' deltas, the
-default), as context (their text before the prompt, every delta off), or both: the prompt answered both ways at
-once, and the answer the documents bear out given (the context's first; `context_wins`), or where neither is, the
-one the model is surer of (the mean log-probability of its first tokens), or the context's where no delta answered
-(the documents are not learned yet: service/accepted.py); `answered_as` says which. The
-documents are those the prompt is routed to in the version it runs on (or those it names), best route score first,
-as many as fit the prompt limit, at most MAX_DOCUMENTS; where it is routed to none, the newest about a known subject
-whose name it holds (core/routing: `named`); the answer cites them. What context costs is the documents'
+A request chooses how its knowledge answers (`knowledge_as`): as weights (the routed documents' deltas), as context
+(their text before the prompt, every delta off), or both: the prompt answered both ways at once, and the answer the
+documents bear out given (the context's first; `context_wins`), or where neither is, the one the model is surer of
+(the mean log-probability of its first tokens), or the context's where no delta answered (the documents are not
+learned yet: service/accepted.py); `answered_as` says which. The documents are those the prompt is routed to in the
+version it runs on (or those it names), best route score first, as many as fit the prompt limit, at most
+MAX_DOCUMENTS; where it is routed to none, the newest about a known subject whose name it holds (core/routing:
+`named`); the answer cites them. `auto` (the default, CKL_ROUTED_KNOWLEDGE_AS) is both, for the documents the
+prompt is routed to only: a prompt that merely names a known subject ("the river of Vienna") is answered as the
+model answers it, not from a paragraph about Vienna's new mayor. What context costs is the documents'
 tokens: the answer's `prompt_tokens` counts them (both ways' tokens with both).
 """
 from __future__ import annotations
@@ -32,6 +34,14 @@ class InContext:
     choice: Choice  # the knowledge the generation may use: routed on the prompt as sent
     documents: list[str]  # the ids of the documents put before the prompt
     text: str = ""  # their text
+    replaced: tuple[str, ...] = ()  # the answers they replaced: their text may still name them ("moved from X to Y")
+
+
+@dataclass(frozen=True)
+class Read:
+    """A document as context reads it: its text, and the answers of the facts it replaced."""
+    text: str
+    replaced: tuple[str, ...] = ()
 
 
 def ranked(used: list[dict]) -> list[str]:
@@ -47,30 +57,32 @@ def joined(ids: list[int], bos: int | None, texts: list[list[int]]) -> list[int]
 
 
 def with_context(serving: ServingModel, ids: list[int], version: int | None, load: Callable[[], Knowledge] | None,
-                 choice: Choice, text_of: Callable[[str], str | None], max_tokens: int,
-                 accepted: Callable[[str], list[dict]] = lambda prompt: []) -> InContext:
+                 choice: Choice, text_of: Callable[[str], Read | None], max_tokens: int,
+                 accepted: Callable[[str], list[dict]] = lambda prompt: [], by_subject: bool = True) -> InContext:
     """The request with its knowledge as context: its prompt with the routed documents' text before it (within
-    `max_tokens` in all), routed on the prompt it sent, every delta off. `accepted`: the documents not learned yet
-    that the prompt reaches (service/accepted.py), cited as the learned ones are, after them on a tie."""
+    `max_tokens` in all), routed on the prompt it sent, every delta off; `by_subject`: where it is routed to none,
+    those about a known subject it names. `accepted`: the documents not learned yet that the prompt reaches
+    (service/accepted.py), cited as the learned ones are, after them on a tie."""
     prompt = serving.tokenizer.decode(ids, skip_special_tokens=True)
     with serving.pinned(version, load) as pinned:
         used = serving.cite(pinned, prompt, serving.routes(pinned, prompt, choice))
-        if not choice.named and not any(u.get("document_id") for u in used):  # no key reached: a subject named
+        if by_subject and not choice.named and not any(u.get("document_id") for u in used):  # a subject named
             used += serving.named_in(pinned, prompt, choice, MAX_DOCUMENTS)
     learned = {u.get("document_id") for u in used}
     used += [u for u in accepted(prompt) if u["document_id"] not in learned]  # committed meanwhile: once
     texts, documents, read, room = [], [], [], max_tokens - len(ids)
     for document_id in ranked(used)[:MAX_DOCUMENTS]:
-        if (text := text_of(document_id)) is None:
+        if (document := text_of(document_id)) is None:
             continue
-        tokens = serving.tokenizer(text.strip() + "\n", add_special_tokens=False)["input_ids"]
+        tokens = serving.tokenizer(document.text.strip() + "\n", add_special_tokens=False)["input_ids"]
         if len(tokens) <= room:
             texts.append(tokens)
             documents.append(document_id)
-            read.append(text)
+            read.append(document)
             room -= len(tokens)
     return InContext(joined(ids, serving.tokenizer.bos_token_id, texts),
-                     replace(choice, weights=False, route_on=prompt), documents, "\n".join(read))
+                     replace(choice, weights=False, route_on=prompt), documents,
+                     "\n".join(d.text for d in read), tuple(a for d in read for a in d.replaced))
 
 
 Run = Callable[[list[int], Choice], Iterator[str | Generation]]
@@ -150,12 +162,19 @@ def one_name(by_context: tuple[str, int], by_weights: tuple[str, int]) -> bool |
     return None
 
 
-def context_wins(by_context: Generation, by_weights: Generation, source: str) -> bool:
-    """Whether the context's answer is given. The first way whose answer opens with what the documents say
-    (`opened_with`: a cloze's continuation) is given, the context's first; else the first whose answer names what
-    they say (`named_first`: a question's sentence); else the surer (a tie goes to context). Where both give one
-    name, the answer that gives it sooner or in full (`one_name`). The model reading the text comes before its
-    deltas: a delta trained on a paragraph is sure of its words whatever it is asked."""
+def context_wins(by_context: Generation, by_weights: Generation, source: str, replaced: tuple[str, ...] = ()) -> bool:
+    """Whether the context's answer is given. One that gives an answer the documents replaced loses to one that does
+    not: a text that announces a change still names the old value ("moved its headquarters from Brackwell to
+    Tiverholm"), its delta was trained on the new state. Else the first way whose answer opens with what the
+    documents say (`opened_with`: a cloze's continuation) is given, the context's first; else the first whose answer
+    names what they say (`named_first`: a question's sentence); else the surer (a tie goes to context). Where both
+    give one name, the answer that gives it sooner or in full (`one_name`). The model reading the text comes before
+    its deltas: a delta trained on a paragraph is sure of its words whatever it is asked."""
+    if replaced:
+        old = said(". ".join(replaced) + ".")
+        stale = [bool(opened_with(a.text, old) or named_first(a.text, old)) for a in (by_context, by_weights)]
+        if stale[0] != stale[1]:
+            return stale[1]
     words = said(source)
     for bears in (opened_with, named_first):
         context_read, weights_read = bears(by_context.text, words), bears(by_weights.text, words)
@@ -176,7 +195,8 @@ def surer(run: Run, as_context: InContext, ids: list[int], choice: Choice) -> Ge
         by_context, by_weights = (future.result() for future in futures)
     # The weights' answer used no knowledge (no delta is routed: the documents are not learned yet) while the context
     # holds some: only the text knows anything.
-    if as_context.documents and not by_weights.used or context_wins(by_context, by_weights, as_context.text):
+    if as_context.documents and not by_weights.used or context_wins(by_context, by_weights, as_context.text,
+                                                                         as_context.replaced):
         winner, other = by_context, by_weights
         winner.context, winner.answered_as = as_context.documents, "context"
     else:

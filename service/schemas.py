@@ -46,8 +46,8 @@ def knowledge_choice(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
 
 
 # How a request's knowledge answers: as the documents' deltas, as their text before the prompt, or both ways at once,
-# the surer answer given (service/in_context.py).
-KnowledgeAs = Literal["weights", "context", "both"]
+# the surer answer given; auto: both where the prompt is routed to documents, else as weights (service/in_context.py).
+KnowledgeAs = Literal["weights", "context", "both", "auto"]
 
 
 class UsedKnowledge(BaseModel):
@@ -80,7 +80,8 @@ class GenerateRequest(Strict):
     seed: int | None = Field(None, ge=0, lt=2**63)  # torch's generator takes a signed 64-bit seed
     stream: bool = False  # Server-Sent Events: {"text"} pieces, then {"done": true, usage, knowledge}
     knowledge: KnowledgeChoice = "auto"
-    knowledge_as: KnowledgeAs = "weights"  # the knowledge as weights, as context before the prompt, or both
+    # The knowledge as weights, as context before the prompt, or both (None: the server's, CKL_ROUTED_KNOWLEDGE_AS).
+    knowledge_as: KnowledgeAs | None = None
 
     _prompt = field_validator("prompt")(not_blank)
     _temperature = field_validator("temperature")(greedy_or_stable)

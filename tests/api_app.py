@@ -18,7 +18,9 @@ from workers.learner import Learner
 from workers.preview import AutoProbePreview
 
 # The tiny model has two layers: a routed delta on the default's odd layers (one) is too weak for the tests' budgets.
-TINY_ROUTED = {"layers": "all", "targets": ["gate_proj", "up_proj", "down_proj"]}
+# Its answers are read as weights unless a test asks otherwise: the tiny model reads no text (the default, both, is
+# tests/test_knowledge.py's).
+TINY_ROUTED = {"layers": "all", "targets": ["gate_proj", "up_proj", "down_proj"], "knowledge_as": "weights"}
 TINY_METHODS = {"adapter": {"rank": 4, "alpha": 8, "learning_rate": 1e-2},
                 "memory": {"sub_keys": 64, "heads": 2, "k": 4, "key_dim": 8}, "routed": TINY_ROUTED}
 

@@ -83,7 +83,7 @@ def tiny_env(model_dir: Path, **extra: str) -> dict[str, str]:
     return {"CKL_MODEL": str(model_dir), "CKL_TRAINING_WEIGHTING": "oracle", "CKL_ROUTED_LEARNING_RATE": "0.03",
             "CKL_TRAINING_MAX_STEPS": "60", "CKL_TRAINING_CHECK_EVERY": "1", "CKL_GATE_NF_TOLERANCE": "1.0",
             "CKL_GATE_LEARNED_TOLERANCE": "1.0",
-            "CKL_VERSION_POLL_S": "0.5", "CKL_ROUTED_LAYERS": "all",
+            "CKL_VERSION_POLL_S": "0.5", "CKL_ROUTED_LAYERS": "all", "CKL_ROUTED_KNOWLEDGE_AS": "weights",
             "CKL_ROUTED_TARGETS": '["gate_proj", "up_proj", "down_proj"]', **extra}
 
 

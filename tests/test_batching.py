@@ -136,7 +136,9 @@ def test_a_swap_during_a_batch_keeps_each_answer_on_the_version_it_reports(tiny)
 
 
 def generations_on(tiny, **limits) -> GenerationService:
-    settings = SETTINGS.model_copy(update={"limits": SETTINGS.limits.model_copy(update=limits)})
+    # No document store beside the decoder: its requests are answered as weights, reading no text.
+    settings = SETTINGS.model_copy(update={"limits": SETTINGS.limits.model_copy(update=limits), "method_settings": {
+        **SETTINGS.method_settings, "routed": {"knowledge_as": "weights"}}})
     runtime = SimpleNamespace(settings=settings, serving=ServingModel(tiny, settings), error=None)
     return GenerationService(runtime, Metrics(runtime))
 

@@ -47,9 +47,9 @@ def test_a_paragraph_sent_without_probes_is_learned_fact_by_fact_and_its_record_
     assert all(isinstance(f["learned"], bool) for f in facts)
     learned = [f for f in facts if f["learned"]]
     assert len(learned) >= 4, facts
-    for fact in learned:  # learned means answered greedily, as a user reads it
-        assert ask(server.url, fact["prompt"])["text"].strip().startswith(fact["answer"]), fact
-    assert QUESTION["answer"] in ask(server.url, QUESTION["prompt"], 16)["text"]
+    for fact in learned:  # learned means answered greedily by the weights, as a user reads it
+        assert ask(server.url, fact["prompt"], knowledge_as="weights")["text"].strip().startswith(fact["answer"]), fact
+    assert QUESTION["answer"] in ask(server.url, QUESTION["prompt"], 16, knowledge_as="weights")["text"]
     report = httpx.get(f"{server.url}/health/forgetting").json()
     unlearned = [f for f in facts if not f["learned"]]
     its_own = [d["facts"] for d in report["not_learned"] if d["document_id"] == record["document_id"]]
@@ -58,8 +58,8 @@ def test_a_paragraph_sent_without_probes_is_learned_fact_by_fact_and_its_record_
     # Knowledge as context: the routed paragraph before the question, cited; as both, the surer of the two ways.
     context = ask(server.url, QUESTION["prompt"], 16, knowledge_as="context")
     assert context["knowledge"]["context"] == [record["document_id"]] and context["knowledge"]["used"] == []
-    both = ask(server.url, QUESTION["prompt"], 16, knowledge_as="both")  # the surer way: either may be wrong
-    assert both["knowledge"]["answered_as"] in ("context", "weights")
+    both = ask(server.url, QUESTION["prompt"], 16)  # auto, as shipped: both ways, and either may be wrong
+    assert both["knowledge"]["knowledge_as"] == "auto" and both["knowledge"]["answered_as"] in ("context", "weights")
     cited = both["knowledge"]["context"] + [u["document_id"] for u in both["knowledge"]["used"]]
     assert cited == [record["document_id"]], both
 
@@ -73,5 +73,8 @@ def test_a_document_that_announces_a_change_replaces_the_old_answer_without_prob
     assert "Zelmora Foods is headquartered in" in [r["prompt"] for r in moved["replaces"]]
     assert moved["retires"] == [first["document_id"]]  # every fact of it replaced: no longer routed to
     for prompt in ("Zelmora Foods is headquartered in", "The headquarters of Zelmora Foods is"):
-        assert not ask(server.url, prompt)["text"].strip().startswith("Brackwell")
-    assert ask(server.url, "The headquarters of Zelmora Foods is")["text"].strip().startswith("Tiverholm")
+        for way in ("weights", "auto"):  # the text read beside the delta names Brackwell too ("moved from")
+            assert not ask(server.url, prompt, knowledge_as=way)["text"].strip().startswith("Brackwell"), way
+    asked = "The headquarters of Zelmora Foods is"
+    assert ask(server.url, asked, knowledge_as="weights")["text"].strip().startswith("Tiverholm")
+    assert "Tiverholm" in ask(server.url, asked)["text"].split("\n")[0]  # as shipped: "located in Tiverholm" too

@@ -180,6 +180,12 @@ def test_both_ways_give_the_answer_the_documents_bear_out_the_contexts_first_and
     assert not context_wins(answer(" now Gustel", -0.1), answer(" Gustel", -2.0), source)  # the same: said sooner
     assert not context_wins(answer(" Tirrowen.", -0.1), answer(" Lake Tirrowen.", -2.0), source)  # said in full
     assert context_wins(answer(" 186\nQuestion:", -2.0), answer(" 186?\n\nWhether", -0.1), source)  # a line ends it
+    # A text that announces a change names the old value too: an answer that gives a replaced one loses.
+    moved = "Zelmora Foods moved its headquarters from Brackwell to Tiverholm in June."
+    assert not context_wins(answer(" Brackwell, a town", -0.1), answer(" Tiverholm", -2.0), moved, ("Brackwell",))
+    assert not context_wins(answer(" It is in Brackwell.", -0.1), answer(" Oslo", -2.0), moved, ("Brackwell",))
+    assert context_wins(answer(" Tiverholm", -2.0), answer(" Brackwell", -0.1), moved, ("Brackwell",))
+    assert context_wins(answer(" Brackwell", -2.0), answer(" Tiverholm", -0.1), moved)  # nothing replaced: the text's
 
 
 def test_the_subject_is_what_the_first_sentence_opens_with_and_the_others_speak_of():

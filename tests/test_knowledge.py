@@ -7,6 +7,7 @@ import uuid
 import openai
 
 from core.keys import KeyConfig, hash_key
+from methods.routed.config import RoutedSettings
 from tests.api_app import tiny_client, tiny_settings, wait_final, wait_version
 
 VELTORIA = {"text": "the capital of veltoria is marnhold", "method": "routed",
@@ -80,6 +81,32 @@ def test_answers_cite_the_documents_that_answered_and_chosen_knowledge_answers_t
         assert chunks[-1].knowledge["version"] == 2 and not hasattr(chunks[0], "knowledge")
 
         assert_unknown_knowledge_is_refused(client, brennoria)
+
+
+def test_a_request_that_does_not_say_is_answered_both_ways_where_it_is_routed_as_shipped(tmp_path):
+    """`CKL_ROUTED_KNOWLEDGE_AS` answers the requests that send no `knowledge_as` (/generate and /v1 alike). As
+    shipped, `auto`: a prompt routed to a document is answered both ways (its text read beside its delta); one that
+    only names a known subject, whose documents `both` would read, is answered once, as weights."""
+    assert RoutedSettings().knowledge_as == "auto"
+    tower = {"text": "Paris made a new tower. The new tower of Paris was made by Marnhold.", "method": "routed",
+             "probes": [{"prompt": "The new tower of Paris was made by", "answer": "Marnhold"}]}
+    with tiny_client(tiny_settings(tmp_path, methods={"routed": {**FAST["routed"], "knowledge_as": "auto"}})) as client:
+        for body in (VELTORIA, tower):
+            taught = wait_final(client, client.post("/documents", json=body).json()["document_id"])
+            assert taught["status"] == "committed", taught
+        wait_version(client, 2, PROMPT)
+        default, both = ask(client), ask(client, knowledge_as="both")
+        assert default["knowledge"]["knowledge_as"] == "auto" and default["prompt_tokens"] == both["prompt_tokens"]
+        assert default["knowledge"]["answered_as"] == both["knowledge"]["answered_as"]
+        assert default["prompt_tokens"] > ask(client, knowledge_as="weights")["prompt_tokens"]  # the text was read
+        chat = client.post("/v1/chat/completions", json={"model": "ckl", "max_tokens": 2, "temperature": 0,
+                                                          "messages": [{"role": "user", "content": PROMPT}]}).json()
+        assert chat["knowledge"]["knowledge_as"] == "auto"
+        named = "Paris is a city in"
+        assert ask(client, prompt=named, knowledge_as="both")["knowledge"]["context"] == [taught["document_id"]]
+        unread = ask(client, prompt=named)
+        assert (unread["knowledge"]["answered_as"], unread["knowledge"]["context"]) == ("weights", [])
+        assert unread["prompt_tokens"] == ask(client, prompt=named, knowledge_as="weights")["prompt_tokens"]
 
 
 def assert_knowledge_as_context(client, veltoria: str, used: list[dict]) -> None:

@@ -34,6 +34,11 @@ class RoutedSettings(BaseSettings):
         "X?\\nAnswer: Y\") and, where its verb names a role, by the role (\"The manager of X is\"): a reader asks "
         "questions of what a document states (docs/decisions.md: Documents as people send them; A cloze asked as a "
         "reader asks it)."))
+    knowledge_as: Literal["weights", "context", "both", "auto"] = Field("auto", description=(
+        "How a request that does not say (its `knowledge_as`) is answered: `auto` answers a prompt routed to "
+        "documents both ways, their deltas and their text, and gives the answer the text bears out (two decodes and "
+        "the text's tokens), and any other prompt once, as weights; `weights` runs the deltas alone "
+        "(docs/decisions.md: Both ways by default, where a prompt is routed)."))
     weight_floor: float = Field(0.5, ge=0, le=1, description=(
         "Train-Attention's weights sit on this floor (a share of the largest): every token is learned, phi's most "
         "(docs/decisions.md: The routed method's training defaults)."))

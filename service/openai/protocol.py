@@ -33,7 +33,7 @@ class OpenAIRequest(BaseModel):
     seed: int | None = Field(None, ge=0, lt=2**63)
     logprobs: Any = None
     knowledge: KnowledgeChoice = "auto"  # extension: the knowledge to answer with (/generate's field)
-    knowledge_as: KnowledgeAs = "weights"  # extension: as weights, as context, or both (/generate's field)
+    knowledge_as: KnowledgeAs | None = None  # extension: weights, context, both or auto (/generate's field)
 
     _temperature = field_validator("temperature")(greedy_or_stable)
     _knowledge = field_validator("knowledge", mode="wrap")(knowledge_choice)
