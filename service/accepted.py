@@ -24,11 +24,13 @@ from core.subjects import words
 class Accepted:
     """The keys of the pending documents a prompt may reach. Each pending record is read once, when it is first
     seen (its text does not change while it is pending), and its key dropped once it is no longer pending: a request
-    reads the pending ids, not every pending record."""
+    reads the pending ids, not every pending record, and the index of their keys is made again only when they
+    change (every request that may read context asks, `auto`'s by default)."""
 
     def __init__(self, threshold: float) -> None:
         self.threshold = threshold
         self._seen: dict[str, tuple[str, dict[str, float] | None]] = {}  # id -> (namespace, key; None: unreachable)
+        self._indexed: tuple[tuple[str, ...], KeyIndex] | None = None  # the last keys' ids and their index
         self._lock = threading.Lock()
 
     def keys(self, documents: DocumentStore, namespaces: frozenset[str] | None, per_document: dict[str, bool]) -> Keys:
@@ -53,13 +55,21 @@ class Accepted:
         probes = [(p["prompt"], p["answer"]) for p in record.get("probes") or []]
         return namespace_of(record), reading_key(record.get("text") or "", probes, self.threshold)
 
+    def _index(self, keys: Keys) -> KeyIndex:
+        """The index of `keys`: a pending document's key does not change, so its ids say which index it is."""
+        ids = tuple(d for d, _ in keys)
+        with self._lock:
+            if self._indexed is None or self._indexed[0] != ids:
+                self._indexed = (ids, KeyIndex(keys))
+            return self._indexed[1]
+
     def reached(self, prompt: str, keys: Keys, most: int, by_subject: bool = True) -> list[dict[str, Any]]:
         """The pending documents `prompt` is routed to, cited as a learned document is: id, score and terms; where
         it is routed to none (and `by_subject`), the newest `most` about a known subject whose name it holds
         (core/routing: `named`)."""
         if not keys:
             return []
-        index, prompt_words = KeyIndex(keys), words(prompt)
+        index, prompt_words = self._index(keys), words(prompt)
         if routed := route(prompt, index, self.threshold):
             return [{"document_id": d, **evidence(prompt_words, index.key_of(d))} for d in routed]
         if not by_subject:

@@ -317,3 +317,18 @@ def test_two_tenants_can_neither_read_nor_reach_nor_override_each_others_facts(t
         assert shared["status"] == "committed" and shared["scores"]["before"]["learned_acc"] == 1.0, shared
         adapter = client.post("/documents", json={**VELTORIA, "method": "adapter"}, headers=acme)
         assert adapter.status_code == 422 and adapter.json()["error"]["fields"][0]["rule"] == "not_in_namespace"
+
+
+def test_the_pending_documents_keys_are_indexed_once_until_they_change():
+    """Every request that may read context (`auto`'s, by default) routes over the pending documents' keys: their
+    index is made again only when the pending documents change, and routes as a fresh one does."""
+    from service.accepted import Accepted
+
+    accepted, keys = Accepted(2.0), [("d1", {"veltoria": 4.0})]
+    first = accepted.reached("the capital of veltoria is", keys, 3)
+    assert [r["document_id"] for r in first] == ["d1"]
+    index = accepted._indexed[1]
+    assert accepted.reached("the capital of veltoria is", list(keys), 3) == first and accepted._indexed[1] is index
+    more = [*keys, ("d2", {"brennoria": 4.0})]
+    assert [r["document_id"] for r in accepted.reached("brennoria is", more, 3)] == ["d2"]
+    assert accepted._indexed[1] is not index
