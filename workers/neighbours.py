@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from core.routing.terms import subject_of
 from core.subjects import FUNCTION_WORDS, familiar, name_spans, stems, subject_names, words
 
 TEMPLATES = ("{} is a", "{} is known for", "{} was founded", "{} is located in", "The history of {}")
@@ -20,7 +21,7 @@ def familiar_subjects(text: str, probes: Sequence[tuple[str, str]], key: Iterabl
     | mayor": for one sent without probes, its opening's), whose names are common words, as the document writes
     them."""
     asked = subject_names(text, [prompt for prompt, _ in probes], [answer for _, answer in probes])
-    asked += [name for term in key if "|" in term and (name := term.partition("|")[0].strip()) not in asked]
+    asked += [name for term in key if "|" in term and (name := subject_of(term)) not in asked]
     written = {name: text[a:b] for a, b, name in reversed(name_spans(text))}  # the first way the text writes it
     return [written[name] for name in asked if name in written and familiar(name)]
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from wordfreq import zipf_frequency
 
 from core.routing.route import reaches
-from core.routing.terms import ANSWER, asked
+from core.routing.terms import ANSWER, asked, subject_of
 from core.subjects import FUNCTION_WORDS, SENTENCE_END, TIME_MARKERS, familiar, names, subject_names, weight, words
 
 KEY_MAX_ZIPF = 4.5  # words more common than this (about 3 in 100,000 words of English) are never key words
@@ -19,7 +19,7 @@ def document_key(text: str, answers: Iterable[str] = (), subjects: Iterable[str]
     only with what is asked about it); its answers' rare words marked as answers ("= brannoch"); and its subjects'
     terms at the threshold's weight (a rare name keeps its words' weight when that is more)."""
     subjects, answers = list(subjects), list(answers)
-    known = {w for term in subjects if familiar(name := term.partition("|")[0].strip()) for w in name.split()}
+    known = {w for term in subjects if familiar(name := subject_of(term)) for w in name.split()}
     answered = set().union(*(words(a) for a in answers)) - known if answers else set()
     key = {w: round(weight(w), 3) for w in rare(words(text) - known - answered)}
     key |= {ANSWER + w: round(weight(w), 3) for w in rare(answered)}

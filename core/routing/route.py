@@ -6,7 +6,17 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from core.routing.index import Keys, candidates, in_order, naming
-from core.routing.terms import ANSWER, asked, asked_words, first_word, score, scores, subject_named, term_words
+from core.routing.terms import (
+    ANSWER,
+    asked,
+    asked_words,
+    first_word,
+    score,
+    scores,
+    subject_named,
+    subject_of,
+    term_words,
+)
 from core.subjects import words
 
 # The most documents one prompt is routed to: a prompt naming hundreds of subjects gets the newest this many. Every
@@ -58,7 +68,7 @@ def about(keys: Keys, subjects: Iterable[str]) -> tuple[set[str], set[str]]:
     ids, found = set(), set()
     # Only the keys listed under the subjects' words can hold a term named by them: not a pass over every key.
     for document_id, key in naming(keys, set().union(*wanted.values())):
-        names = [words(term.partition("|")[0]) for term in asked(key)]
+        names = [words(subject_of(term)) for term in asked(key)]
         if hits := {subject for subject, ws in wanted.items() if ws in names}:
             ids.add(document_id)
             found |= hits

@@ -11,6 +11,11 @@ from core.subjects import stems
 ANSWER = "= "
 
 
+def subject_of(term: str) -> str:
+    """The name a subject's term gives ("lisbon | mayor" -> "lisbon")."""
+    return term.partition("|")[0].strip()
+
+
 def first_word(term: str) -> str:
     """The first word of a term's name, which every prompt it matches holds ("" for a term without a name)."""
     return (term.removeprefix(ANSWER).partition("|")[0].split() or [""])[0]
