@@ -1,7 +1,7 @@
 """The document store: every accepted document is a record in the database (core/database.py), written before it
 is queued.
 
-Its status changes only through `move` and its conditional cases (`claim`, `withdraw`, `to_gate`), along the
+Its status changes only through `move` and its conditional cases (`claim`, `withdraw`, `to_gate`, `to_commit`), along the
 lifecycle in core/lifecycle.py. A record in a pending
 status after a crash is picked up again by whichever worker starts next. Writes are serialized by a lock across
 this machine's processes, and by the database's lock where it has one (PostgreSQL).
@@ -56,6 +56,20 @@ def columns(record: dict[str, Any]) -> dict[str, Any]:
     return {"document_id": record["document_id"], "created_at": record["created_at"], "status": record["status"],
             "owner": record.get("owner"), "job_id": record.get("job_id"),
             **{key: timings.get(key) for key in TIMED}, "record": json.dumps(record, ensure_ascii=False)}
+
+
+def queued(record: dict[str, Any]) -> bool:
+    return record["status"] == Status.QUEUED and not record.get("removes")
+
+
+def learning(record: dict[str, Any]) -> bool:
+    """A document a worker trains or gates, not committing yet: its owner may still withdraw it."""
+    return record["status"] in (Status.TRAINING, Status.EVALUATING) and not record.get("removes") \
+        and not record.get("committing")
+
+
+def not_withdrawing(record: dict[str, Any]) -> bool:
+    return not record.get("withdrawing")
 
 
 def owe(connection: Connection, document_id: str, removed_in: int | None) -> None:
@@ -198,31 +212,33 @@ class DocumentStore:
         """A worker starts an attempt at the document: it moves to training, the attempt counted, in one write; None
         where it is final (learned, refused, or withdrawn since its job was queued), and nothing is written."""
         return self._write_if(document_id, lambda record: record["status"] not in FINAL,
-                              lambda record: {"attempts": record["attempts"] + 1, "error": None}, Status.TRAINING)
+                              lambda record: {"attempts": record["attempts"] + 1, "error": None,
+                                              **({"committing": False} if record.get("committing") else {})},
+                              Status.TRAINING)
 
     def withdraw(self, document_id: str) -> dict[str, Any] | None:
         """Refuse a queued document to teach before any worker starts it (its owner's DELETE), in one write: no
         worker can claim it after, nor it be withdrawn once claimed. None where it is not queued."""
-        def queued(record: dict[str, Any]) -> bool:
-            return record["status"] == Status.QUEUED and not record.get("removes")
         return self._write_if(document_id, queued,
                               lambda record: {"error": "withdrawn before it was learned", "withdrawn": True},
                               Status.REJECTED, owed=True)
 
     def ask_to_withdraw(self, document_id: str) -> dict[str, Any] | None:
-        """Its owner's withdrawal of a document a worker is training (DELETE), marked on the record in one write; the
-        worker finds the mark when it would take the candidate to the gate (`to_gate`), and rejects it instead. None
-        where it is not training (queued: `withdraw`; at the gate or final: too late to ask). Both withdrawals owe
-        the erasure in the same write (`owe_erasure`)."""
-        def training(record: dict[str, Any]) -> bool:
-            return record["status"] == Status.TRAINING and not record.get("removes")
-        return self._write_if(document_id, training, lambda record: {"withdrawing": True}, owed=True)
+        """Its owner's withdrawal of a document a worker is training or gating (DELETE), marked on the record in one
+        write; the worker finds the mark when it would take the candidate to the gate (`to_gate`) or commit it
+        (`to_commit`), and rejects it instead. None where it is neither (queued: `withdraw`; committing or final: too
+        late to ask). Both withdrawals owe the erasure in the same write (`owe_erasure`)."""
+        return self._write_if(document_id, learning, lambda record: {"withdrawing": True}, owed=True)
 
     def to_gate(self, document_id: str) -> dict[str, Any] | None:
         """A worker takes its trained candidate to the gate (evaluating), in one write; None where its owner asked
         to withdraw it meanwhile (`ask_to_withdraw`), and nothing is written: one of the two comes first, whole."""
-        return self._write_if(document_id, lambda record: not record.get("withdrawing"), lambda record: {},
-                              Status.EVALUATING)
+        return self._write_if(document_id, not_withdrawing, lambda record: {}, Status.EVALUATING)
+
+    def to_commit(self, document_id: str) -> dict[str, Any] | None:
+        """A worker commits the candidate its gate accepted (`committing`, until the record says committed), in one
+        write; None where its owner asked to withdraw it during the gate, and nothing is written."""
+        return self._write_if(document_id, not_withdrawing, lambda record: {"committing": True})
 
     def _write(self, document_id: str, fields: dict[str, Any], status: Status | None = None) -> dict[str, Any]:
         return self._write_if(document_id, lambda record: True, lambda record: fields, status)

@@ -97,8 +97,8 @@ def test_a_document_no_version_holds_is_erased_at_once(tmp_path):
 def test_a_document_no_worker_started_is_withdrawn_and_erased_at_once(tmp_path, redis_url):
     """No worker takes the queue (a real Redis), so the document stays queued: DELETE withdraws it (200, erased at
     once, nothing of it left), and its job, taken later, finds it final and learns nothing. One a worker is
-    training is withdrawn by that worker before its gate (202, then rejected and erased, no version made); one at
-    its gate is 409 until it is final."""
+    training or gating is withdrawn by that worker before its gate or commit (202, then rejected and erased, no
+    version made); one being committed is 409 until it is final."""
     settings = tiny_settings(tmp_path, redis_url=redis_url, queue_name=f"withdraw-{uuid.uuid4().hex[:8]}")
     body = {k: v for k, v in SECRET.items() if k != "idempotency_key"}
     with tiny_client(settings) as client:
@@ -127,12 +127,50 @@ def test_a_document_no_worker_started_is_withdrawn_and_erased_at_once(tmp_path, 
         gated = client.post("/documents", json={**TRAINED, "text": "the capital of brennoria is tasvik", "probes": [
             {"prompt": "the capital of brennoria is", "answer": "tasvik"}]}).json()
         client.learner.documents.move(gated["document_id"], Status.TRAINING)
-        client.learner.documents.move(gated["document_id"], Status.EVALUATING)  # at its gate: too late to ask
-        refused = client.delete(f"/documents/{gated['document_id']}")
+        client.learner.documents.move(gated["document_id"], Status.EVALUATING)  # at its gate, its worker died
+        asked = client.delete(f"/documents/{gated['document_id']}")
+        assert asked.status_code == 202 and asked.json()["status"] == "evaluating" and asked.json()["withdrawing"]
+        assert client.learner.learn(gated["document_id"]) is Status.REJECTED  # withdrawn at its next claim
+        assert client.get(f"/documents/{gated['document_id']}").json()["erased"] is True
+        committing = client.post("/documents", json={**TRAINED, "text": "the capital of brennoria is quelvor",
+                                                     "probes": [{"prompt": "the capital of brennoria is",
+                                                                 "answer": "quelvor"}]}).json()
+        client.learner.documents.move(committing["document_id"], Status.TRAINING)
+        client.learner.documents.move(committing["document_id"], Status.EVALUATING)
+        assert client.learner.documents.to_commit(committing["document_id"])["committing"]  # the gate accepted it
+        refused = client.delete(f"/documents/{committing['document_id']}")
         assert refused.status_code == 409 and refused.json()["error"]["code"] == "being_learned"
         assert refused.headers["retry-after"] == "10"
+        assert client.learner.learn(committing["document_id"]) is Status.COMMITTED  # a new attempt: not committing
+        assert client.learner.documents.get(committing["document_id"])["committing"] is False
     assert leftovers(tmp_path, body) == []
-    assert leftovers(tmp_path, TRAINED, ("zembrolt",)) == []
+    assert leftovers(tmp_path, TRAINED, ("zembrolt", "tasvik")) == []
+
+
+def test_a_document_its_owner_deletes_during_its_gate_is_withdrawn_before_its_commit(tmp_path, redis_url):
+    """The DELETE sent while the worker's gate runs (the gate's first step calls it: a moment no request from
+    outside can be timed to hit): 202, and the gate's accepting verdict is not committed; the document is rejected,
+    withdrawn and erased, and no version is made. No worker takes the queue (a real Redis): the test runs the job."""
+    settings = tiny_settings(tmp_path, methods={"routed": {"learning_rate": 3e-2}}, redis_url=redis_url,
+                             queue_name=f"gate-{uuid.uuid4().hex[:8]}")
+    with tiny_client(settings) as client:
+        accepted = client.post("/documents", json=SECRET).json()["document_id"]
+        documents, answers = client.learner.documents, []
+        to_gate = documents.to_gate
+
+        def deleted_at_the_gate(document_id: str):
+            at_gate = to_gate(document_id)
+            answers.append(client.delete(f"/documents/{document_id}"))
+            return at_gate
+        documents.to_gate = deleted_at_the_gate
+        assert client.learner.learn(accepted) is Status.REJECTED
+        assert answers[0].status_code == 202 and answers[0].json()["status"] == "evaluating", answers[0].text
+        record = client.get(f"/documents/{accepted}").json()
+        assert (record["status"], record["withdrawn"], record["erased"]) == ("rejected", True, True)
+        assert record.get("gate") is None  # not the gate's verdict: withdrawn before its commit
+        assert client.get("/versions").json()["current"] == 0
+        assert documents.erasures_owed(accepted) == []
+    assert leftovers(tmp_path, {k: v for k, v in SECRET.items() if k != "idempotency_key"}) == []
 
 
 def test_an_erasure_is_committed_whatever_the_gate_says(tmp_path):

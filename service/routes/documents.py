@@ -123,18 +123,19 @@ def delete_document(document_id: str, runtime: RuntimeDep,
                     caller: TeachCaller) -> DocumentAccepted:
     """Take one document's contribution out (a removable method): a removal job makes a new, gated version. A
     document no version holds (rejected or failed, or queued and not started yet: withdrawn) is erased at once
-    (200); one a worker is training is withdrawn by that worker before its gate (202, `withdrawing`); one at its
-    gate, 409 until it is final."""
+    (200); one a worker is training or gating is withdrawn by that worker before its gate or its commit (202,
+    `withdrawing`); one being committed (the gate accepted it, its version is being written), 409 until it is
+    final."""
     target = owned(runtime, document_id, caller)
     if target["status"] == Status.QUEUED and not target.get("removes") and \
             runtime.versions.holding(document_id, runtime.versions.current()) is None:
         target = runtime.documents.withdraw(document_id) or runtime.documents.get(document_id)  # or claimed since
-    if target["status"] == Status.TRAINING and not target.get("removes") and \
+    if target["status"] in (Status.TRAINING, Status.EVALUATING) and not target.get("removes") and \
             runtime.versions.holding(document_id, runtime.versions.current()) is None:  # else: committed, record behind
         if asked := runtime.documents.ask_to_withdraw(document_id):
             return JSONResponse({"document_id": document_id, "job_id": asked.get("job_id"), "status": asked["status"],
                                  "status_url": f"/documents/{document_id}", "withdrawing": True}, 202)
-        target = runtime.documents.get(document_id)  # at its gate or final since
+        target = runtime.documents.get(document_id)  # committing or final since
     if target["status"] in PENDING and not target.get("removes"):
         raise ApiError(409, "being_learned", f"a worker is learning this document now ({target['status']}): DELETE "
                                              "it again once it is final", headers={"Retry-After": "10"})

@@ -43,8 +43,11 @@ def finish(parts: Parts, run: Run, probes: list[dict[str, str]],
         if plan is not None:
             parts.held.forget_loaded()
             raise RetryAfterRejection(plan, verdict.decision.to_json(), run.fields.get("training"))
-        parts.documents.move(run.doc_id, Status.REJECTED, timings=run.rounded_timings(), **outcome)
+        erasure.if_withdrawn(parts.documents, parts.versions, parts.documents.move(  # asked during the gate
+            run.doc_id, Status.REJECTED, timings=run.rounded_timings(), **outcome))
         return Status.REJECTED
+    if not removal and parts.documents.to_commit(run.doc_id) is None:  # its owner withdrew it during the gate
+        return withdrawn(parts, run.doc_id)
     # In the new version, the document's own probes belong to the learned suite (a fact found but not learned does
     # not count as one lost).
     learned = gate.scored(after.learned) + [s for s in after.own if s == 1.0]
@@ -87,7 +90,8 @@ def commit(parts: Parts, run: Run, scores: Scores, probes: list[dict[str, str]],
         parts.held.rebased(version, on, {p: s for p, s in scores.items() if p.asked in run.moved})
     run.timings["commit_s"] = time.perf_counter() - clock
     on_commit(version)
-    parts.documents.move(run.doc_id, Status.COMMITTED, version=version, timings=run.rounded_timings(), **outcome)
+    parts.documents.move(run.doc_id, Status.COMMITTED, version=version, timings=run.rounded_timings(), **outcome,
+                         **({"committing": False} if not run.record.get("removes") else {}))
     parts.publish(version)
     return version
 
