@@ -3,14 +3,13 @@ which go before it in the prompt of the untouched base model (version 0, `ckl-v0
 scoring as the teaching benchmark."""
 from __future__ import annotations
 
-import math
 import re
-from collections import Counter
 
 import httpx
 
+from service.bm25 import ranked
+
 TOKEN = re.compile(r"\w+")
-K1, B = 1.5, 0.75  # BM25's usual constants
 
 
 def tokens(text: str) -> list[str]:
@@ -19,21 +18,7 @@ def tokens(text: str) -> list[str]:
 
 def bm25_top(query: str, documents: list[str], k: int = 2) -> list[int]:
     """Indices of the k documents BM25 ranks first for `query` (ties: the later document, the newer word)."""
-    docs = [Counter(tokens(d)) for d in documents]
-    lengths = [sum(d.values()) for d in docs]
-    mean_length = sum(lengths) / len(docs)
-    df = Counter(term for d in docs for term in d)
-
-    def score(i: int) -> float:
-        total = 0.0
-        for term in set(tokens(query)):
-            if term in docs[i]:
-                idf = math.log(1 + (len(docs) - df[term] + 0.5) / (df[term] + 0.5))
-                tf = docs[i][term]
-                total += idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * lengths[i] / mean_length))
-        return total
-
-    return sorted(range(len(docs)), key=lambda i: (score(i), i), reverse=True)[:k]
+    return ranked(tokens(query), [tokens(d) for d in documents], k)
 
 
 def in_context_prompt(question: str, documents: list[str], k: int = 2) -> str:

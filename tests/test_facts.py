@@ -2,7 +2,7 @@
 from core import subjects
 from core.scoring import Probe
 from core.state import LearnedFact, replaced_by
-from service.in_context import joined, ranked
+from service.in_context import joined, nearest_sentence, ranked
 from workers import about, examples, facts, gate, linked, questions, roles
 from workers.stages.commit import facts_found
 
@@ -151,6 +151,19 @@ def test_knowledge_as_context_puts_the_best_routed_documents_after_the_beginning
     assert ranked(used) == ["b", "a"]
     assert joined([2, 10, 11], 2, [[5, 6], [7]]) == [2, 5, 6, 7, 10, 11]
     assert joined([10, 11], None, [[5]]) == [5, 10, 11]
+
+
+def test_the_read_documents_sentence_nearest_the_prompt_is_said_again():
+    text = ("Zelmora Foods was founded in 1921 by Ada Brell. Zelmora Foods has its headquarters in Tiverholm. "
+            "Zelmora Foods employs 400 people.")
+    assert nearest_sentence("Zelmora Foods is headquartered in", [text]) == \
+        "Zelmora Foods has its headquarters in Tiverholm."  # by the words' first letters
+    assert nearest_sentence("Question: Who founded Zelmora Foods?\nAnswer:", [text]).startswith("Zelmora Foods was")
+    assert nearest_sentence("How many people work at the firm?", [text, "Brell retired in 1950."]) == \
+        "Zelmora Foods employs 400 people."  # over every document read
+    assert nearest_sentence("The weather today is", [text]) is None  # no word of it read
+    assert nearest_sentence("Zelmora Foods is headquartered in", ["Zelmora Foods is in Tiverholm."]) is None
+    assert nearest_sentence("Kellan is", ["Kellan sings. Kellan dances."]) == "Kellan sings."  # a tie: the earlier
 
 
 def test_training_on_made_probes_stops_once_no_more_of_them_come():

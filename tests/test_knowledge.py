@@ -160,8 +160,12 @@ def test_a_document_not_learned_yet_is_read_as_context_from_the_moment_it_is_sto
         tower = client.post("/documents", json={"text": "Paris made a new tower. It is tall.", "method": "routed",
                                                 "weighting": "uniform"})
         assert tower.status_code == 202, tower.text
-        read = ask(client, prompt="paris is a city in", knowledge_as="context")["knowledge"]
-        assert read["context"] == [tower.json()["document_id"]]
+        read = ask(client, prompt="paris is a city in", knowledge_as="context")
+        assert read["knowledge"]["context"] == [tower.json()["document_id"]]
+        # Its sentence nearest the prompt is said again, right before it.
+        by_hand = ask(client, "off", prompt="Paris made a new tower. It is tall.\nParis made a new tower.\n"
+                                            "paris is a city in")
+        assert (read["text"], read["prompt_tokens"]) == (by_hand["text"], by_hand["prompt_tokens"])
         # Withdrawn by its owner while a worker has it, a document is no longer read, nor counted as waiting.
         client.learner.documents.move(document, "training")
         owner = client.learner.documents.get(document)["owner"]
