@@ -1,10 +1,10 @@
 """The document store: every accepted document is a record in the database (core/database.py), written before it
 is queued.
 
-Its status changes only through `move` and its conditional cases (`claim`, `withdraw`, `to_gate`, `to_commit`), along the
-lifecycle in core/lifecycle.py. A record in a pending
-status after a crash is picked up again by whichever worker starts next. Writes are serialized by a lock across
-this machine's processes, and by the database's lock where it has one (PostgreSQL).
+Its status changes only through `move` and its conditional cases (`claim`, `withdraw`, `to_gate`, `to_commit`),
+along the lifecycle in core/lifecycle.py. A record in a pending status after a crash is picked up again by whichever
+worker starts next. Writes are serialized by a lock across this machine's processes, and by the database's lock
+where it has one (PostgreSQL).
 """
 from __future__ import annotations
 

@@ -98,9 +98,8 @@ def terms(text: str) -> list[str]:
 def nearest_sentence(prompt: str, texts: list[str]) -> str | None:
     """The sentence of the read documents that the prompt's words point to most (BM25 over their sentences), to be
     said again right before the prompt; None where the documents are one sentence or none shares a word with it.
-    The 270M model answers from what it read last: on 148 facts of three paragraph sets, the paragraph with its
-    nearest sentence again answered 109 / 79 / 108 of them as a cloze / paraphrase / question, the paragraph alone
-    99 / 66 / 105 (docs/decisions.md, "A paragraph's nearest sentence said again")."""
+    The small model answers more from what it read last (docs/decisions.md, "A paragraph's nearest sentence said
+    again")."""
     sentences = [s.strip() for text in texts for s in sentence_split(text) if s.strip()]
     if len(sentences) < 2:
         return None
