@@ -71,6 +71,9 @@ def test_a_worker_committing_a_document_its_gate_accepted_and_its_owner_withdraw
                                                                                        by_owner is not None)
     assert all(stores[1].ask_to_withdraw(d) is None for d, by_worker, _ in results if by_worker)
     assert all(stores[0].to_commit(d) is None for d, _, by_owner in results if by_owner)
-    again = next(d for d, by_worker, _ in results if by_worker)
+    again = stores[0].create({"text": "document again"}, None)[0]["document_id"]  # not left to the race's winners
+    stores[0].claim(again)
+    stores[0].to_gate(again)
+    assert stores[0].to_commit(again)["committing"] and stores[1].ask_to_withdraw(again) is None
     assert stores[0].claim(again)["committing"] is False  # a new attempt (its worker died): may be withdrawn again
     assert stores[1].ask_to_withdraw(again)["withdrawing"]
