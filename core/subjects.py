@@ -7,6 +7,7 @@ common words ("Paris"), an invented one a rare name ("Vontarex").
 """
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable
 from functools import lru_cache
@@ -134,3 +135,15 @@ def subject_names(text: str, prompts: Iterable[str], answers: Iterable[str] = ()
             if parts <= text_words and not parts <= answer_words and name not in found:
                 found.append(name)
     return found
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """Each sentence's character range, without the spaces around it."""
+    bounds = [0, *(m.end() for m in SENTENCE_END.finditer(text)), len(text)]
+    spans = []
+    for begin, end in itertools.pairwise(bounds):
+        chunk = text[begin:end]
+        if chunk.strip():
+            lead = len(chunk) - len(chunk.lstrip())
+            spans.append((begin + lead, begin + len(chunk.rstrip())))
+    return spans

@@ -100,21 +100,12 @@ def nearest_sentence(prompt: str, texts: list[str]) -> str | None:
     said again right before the prompt; None where the documents are one sentence or none shares a word with it.
     The small model answers more from what it read last (docs/decisions.md, "A paragraph's nearest sentence said
     again")."""
-    sentences = [s.strip() for text in texts for s in sentence_split(text) if s.strip()]
+    sentences = [text[a:b] for text in texts for a, b in subjects.sentence_spans(text)]
     if len(sentences) < 2:
         return None
     asked, split = terms(prompt), [terms(s) for s in sentences]
     best = bm25.ranked(asked, split, 1, ties_to_later=False)[0]  # a tie: the earlier, where the subject is named
     return sentences[best] if set(asked) & set(split[best]) else None
-
-
-def sentence_split(text: str) -> list[str]:
-    """A text's sentences, each with its closing mark (core/subjects.py: SENTENCE_END)."""
-    pieces, start = [], 0
-    for end in subjects.SENTENCE_END.finditer(text):
-        pieces.append(text[start:end.end()])
-        start = end.end()
-    return [*pieces, text[start:]]
 
 
 Run = Callable[[list[int], Choice], Iterator[str | Generation]]

@@ -5,7 +5,6 @@ One module for the learner and every benchmark, so a benchmark measures the exam
 from __future__ import annotations
 
 import bisect
-import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ from dataclasses import dataclass
 from core import registry, routing, subjects
 from core.scoring import join_probe
 from core.settings import Settings
+from core.subjects import sentence_spans
 from core.training import Example
 from workers import about, contexts, facts, weighting
 from workers.questions import as_question, as_role
@@ -131,18 +131,6 @@ def auto_probes(doc: Encoded, weights: list[float], min_prompt_words: int = 3) -
 
 
 MAX_FACTS = 24  # an article of 800 words states about 20
-
-
-def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """Each sentence's character range, without the spaces around it."""
-    bounds = [0, *(m.end() for m in subjects.SENTENCE_END.finditer(text)), len(text)]
-    spans = []
-    for begin, end in itertools.pairwise(bounds):
-        chunk = text[begin:end]
-        if chunk.strip():
-            lead = len(chunk) - len(chunk.lstrip())
-            spans.append((begin + lead, begin + len(chunk.rstrip())))
-    return spans
 
 
 def document_subjects(text: str, sentences: list[tuple[int, int]], spans: list[tuple[int, int, str]]) -> set[str]:
