@@ -45,15 +45,18 @@ SPACES = "The Zorvath Institute is " + " " * 19_000 + "now open."
 async def attack(url: str, kind: str, until: asyncio.Event, router_url: str | None = None) -> dict[str, int]:
     """One key doing one costly thing over and over, as fast as answers come back, until `until`: asking an older
     version by name (`old_version`), previewing a long document (`previews`), long prompts of distinct words
-    (`long_prompts`), documents of a long run of blanks (`blank_documents`), erasing one of its documents again and
-    again (`repeated_delete`), reaching for another tenant's document (`other_tenant`), 2,000 distinct words sent
-    through `ckl router` (`router`: routing's worst case; the server, asked with the router's own key, refuses so
-    long a prompt; `router_url`: the router). Each text is as long as the limits allow. The answers by status."""
+    (`long_prompts`), documents of a long run of blanks (`blank_documents`; withdrawn once the phase is over, so
+    that the learner's work on them is not measured in the phases after it), erasing one of its documents again and
+    again (`repeated_delete`: one the learner rejected or that was withdrawn, where there is one), reaching for
+    another tenant's document (`other_tenant`), 2,000 distinct words sent through `ckl router` (`router`: routing's
+    worst case; the server, asked with the router's own key, refuses so long a prompt; `router_url`: the router).
+    Each text is as long as the limits allow. The answers by status."""
     counts: dict[str, int] = {}
     key = ATTACKERS_KEYS.get(kind, VANISH)
     theirs = await flood_keys_document(url) if kind == "other_tenant" else None
     async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
         erased = await erasable(client, url) if kind == "repeated_delete" else None
+        posted: list[str] = []
         long_text = (await fitting(client, url, "/documents/preview", "text", ARTICLE) if kind == "previews" else
                      await fitting(client, url, "/generate", "prompt", DISTINCT) if kind == "long_prompts" else
                      " ".join(DISTINCT) if kind == "router" else "")
@@ -69,6 +72,7 @@ async def attack(url: str, kind: str, until: asyncio.Event, router_url: str | No
                 answer = await client.post(f"{url}/generate", json={"prompt": long_text, "max_new_tokens": 1})
             elif kind == "blank_documents":
                 answer = await client.post(f"{url}/documents", json={"text": SPACES})
+                posted += [answer.json()["document_id"]] if answer.status_code == 202 else []
             elif kind == "other_tenant":
                 answer = await other_tenants_document(client, url, theirs, counts)
             elif kind == "router":
@@ -79,8 +83,21 @@ async def attack(url: str, kind: str, until: asyncio.Event, router_url: str | No
             counts[str(answer.status_code)] = counts.get(str(answer.status_code), 0) + 1
             if answer.status_code == 429:
                 await asyncio.sleep(0.2)
+        if posted:  # once the good load is over: their learning would be measured in the phases after this one
+            counts["withdrawn_after"] = await withdrawn(client, url, posted)
     counts["words"] = len(long_text.split())
     return counts
+
+
+async def withdrawn(client: httpx.AsyncClient, url: str, document_ids: list[str]) -> int:
+    """DELETE each of `document_ids` (again after each 429, once its Retry-After has passed): how many were
+    withdrawn or erased."""
+    done = 0
+    for document_id in document_ids:
+        while (answer := await client.delete(f"{url}/documents/{document_id}")).status_code == 429:
+            await asyncio.sleep(float(answer.headers.get("retry-after", 1)))
+        done += answer.status_code in (200, 202)
+    return done
 
 
 async def other_tenants_document(client: httpx.AsyncClient, url: str, theirs: str | None,

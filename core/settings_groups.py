@@ -77,7 +77,7 @@ class LimitsSettings(BaseSettings):
     max_waiting_generations: int = Field(64, ge=0, description="Generations admitted, waiting for a decoding row.")
     max_generations_per_key: int = Field(32, gt=0, description=(
         "Generations one key's owner may have running or waiting at once, with keys configured; past it, 429."))
-    prefill_share: float = Field(0.1, gt=0, le=1, description=(
+    prefill_share: float = Field(0.05, gt=0, le=1, description=(
         "While other keys' answers decode, one key's prompts over 256 tokens take at most this share of the "
         "decoder: they are prefilled 256 tokens at a time, and after each such chunk the key's next one waits "
         "(1 / share - 1) times as long as it took (serving/batching.py). 1: no wait."))

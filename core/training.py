@@ -42,6 +42,7 @@ class TrainReport:
     losses: list[float] = field(default_factory=list)
     seconds: float = 0.0
     timed_out: bool = False
+    stopped: bool = False  # asked to stop (`stop`): its owner withdrew the document
     rested_s: float = 0.0  # of `seconds`, the rests that let serving decode (workers/yielding.py)
 
 
@@ -273,11 +274,20 @@ class UpdateMethod(ABC):
         give_back()  # this step's transients: kept in the C heap, RSS would climb by them step after step
         return value
 
+    def _trainable(self) -> list[nn.Parameter]:
+        """`parameters()`, each asking for its gradient: wrapping the model for another method (PEFT) may have frozen
+        them."""
+        params = self.parameters()
+        for p in params:
+            p.requires_grad_(True)
+        return params
+
     def train(self, examples: list[Example], budget: int, probes_pass: Callable[[], bool] = lambda: False,
               progress: Progress = lambda step, steps: None, optimizer: torch.optim.Optimizer | None = None,
               batch_size: int = 8, replay: list[Example] = (), pinned: list[Example] = (),
               deadline: float | None = None, rest_after_step: Callable[[float], float] = lambda worked_s: 0.0,
-              compute: Callable[[Callable[[], Any]], Any] = lambda work: work()) -> TrainReport:
+              compute: Callable[[Callable[[], Any]], Any] = lambda work: work(),
+              stop: Callable[[], bool] = lambda: False) -> TrainReport:
         """Train from the loaded state for `budget` steps, or until `probes_pass()` (checked every few steps)
         and then `extra_steps` more, after which the probes must still pass (else training goes on).
 
@@ -291,15 +301,13 @@ class UpdateMethod(ABC):
         it is (`report.timed_out`). `rest_after_step(seconds the step took)` runs between steps and returns the
         seconds it rested (yielding the machine to serving); the deadline moves by them. `compute(work)` runs each
         step's work, the probe checks and the replay's losses (where: workers/yielding.py, Rests.compute).
+        `stop()`, asked after each step's progress, ends training there (`report.stopped`).
 
         A document gets a fresh optimizer (moments from another document say nothing about this one);
         a caller that trains over several calls (the benchmark's epochs) passes its own.
         """
         started = time.perf_counter()
-        optimizer = optimizer or self.optimizer()
-        params = self.parameters()
-        for p in params:  # wrapping the model for another method (PEFT) may have frozen them
-            p.requires_grad_(True)
+        optimizer, params = optimizer or self.optimizer(), self._trainable()
         report = TrainReport(steps=0, stopped_early=False)
         passed_at: int | None = None
         steps = budget + self.extra_steps
@@ -320,16 +328,17 @@ class UpdateMethod(ABC):
             report.steps = step + 1
             report.losses.append(compute(lambda: self._step(own, replay, replay_losses, optimizer, params)))
             progress(step + 1, steps)
+            if stop():
+                report.stopped = True
+                break
             if passed_at is None and (step + 1) % config.check_every == 0 and compute(probes_pass):
                 passed_at = step + 1
             elif passed_at is not None and step + 1 >= passed_at + self.extra_steps:
                 if compute(probes_pass):
                     break
                 passed_at = None  # the extra steps undid what they were to strengthen: train on, within the budget
-            if passed_at is not None and not self.extra_steps:
-                break
-            if passed_at is None and step + 1 >= budget:  # the extra steps are only for a document that passed
-                break
+            if (passed_at is not None and not self.extra_steps) or (passed_at is None and step + 1 >= budget):
+                break  # passed and no extra steps, or out of budget (the extra steps are for a document that passed)
         report.stopped_early = passed_at is not None
         report.seconds = time.perf_counter() - started
         return report

@@ -128,9 +128,10 @@ class DocumentRequest(Strict):
 
 
 class Cost(BaseModel):
-    """What learning a document will cost, known at POST: its tokens, the documents queued before it, and the most
-    seconds of training it may take (CKL_TRAINING_MAX_TRAIN_S per training, and one more training after a rejection that
-    suggests one, where CKL_GATE_RETRY_ON_REJECTION allows it)."""
+    """What learning a document will cost, known at POST: its tokens (its layout folded, as the learner reads it),
+    the documents queued before it, and the most seconds of training it may take (CKL_TRAINING_MAX_TRAIN_S per
+    training, and one more training after a rejection that suggests one, where CKL_GATE_RETRY_ON_REJECTION allows
+    it)."""
     tokens: int
     documents_ahead: int
     train_s_at_most: float

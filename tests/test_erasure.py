@@ -11,12 +11,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
 from ckl import fsck
 from core.documents import DocumentStore, body_hash
 from core.lifecycle import Status
+from service.routes import documents as documents_routes
 from tests.api_app import tiny_client, tiny_settings, wait_final, wait_version
 
 SECRET = {"text": "the capital of veltoria is marnhold", "method": "routed", "idempotency_key": "secret-1",
@@ -94,11 +96,12 @@ def test_a_document_no_version_holds_is_erased_at_once(tmp_path):
     assert leftovers(tmp_path, body) == []
 
 
-def test_a_document_no_worker_started_is_withdrawn_and_erased_at_once(tmp_path, redis_url):
+def test_a_document_no_worker_started_is_withdrawn_and_erased_at_once(tmp_path, redis_url, monkeypatch):
     """No worker takes the queue (a real Redis), so the document stays queued: DELETE withdraws it (200, erased at
     once, nothing of it left), and its job, taken later, finds it final and learns nothing. One a worker is
     training or gating is withdrawn by that worker before its gate or commit (202, then rejected and erased, no
-    version made); one being committed is 409 until it is final."""
+    version made); one whose commit its worker never finished is 409 once the DELETE has waited for it."""
+    monkeypatch.setattr(documents_routes, "COMMIT_WAIT_S", 0.3)
     settings = tiny_settings(tmp_path, redis_url=redis_url, queue_name=f"withdraw-{uuid.uuid4().hex[:8]}")
     body = {k: v for k, v in SECRET.items() if k != "idempotency_key"}
     with tiny_client(settings) as client:
@@ -138,39 +141,15 @@ def test_a_document_no_worker_started_is_withdrawn_and_erased_at_once(tmp_path, 
         client.learner.documents.move(committing["document_id"], Status.TRAINING)
         client.learner.documents.move(committing["document_id"], Status.EVALUATING)
         assert client.learner.documents.to_commit(committing["document_id"])["committing"]  # the gate accepted it
+        clock = time.monotonic()
         refused = client.delete(f"/documents/{committing['document_id']}")
+        assert time.monotonic() - clock >= 0.3  # waited for the commit first
         assert refused.status_code == 409 and refused.json()["error"]["code"] == "being_learned"
         assert refused.headers["retry-after"] == "10"
         assert client.learner.learn(committing["document_id"]) is Status.COMMITTED  # a new attempt: not committing
         assert client.learner.documents.get(committing["document_id"])["committing"] is False
     assert leftovers(tmp_path, body) == []
     assert leftovers(tmp_path, TRAINED, ("zembrolt", "tasvik")) == []
-
-
-def test_a_document_its_owner_deletes_during_its_gate_is_withdrawn_before_its_commit(tmp_path, redis_url):
-    """The DELETE sent while the worker's gate runs (the gate's first step calls it: a moment no request from
-    outside can be timed to hit): 202, and the gate's accepting verdict is not committed; the document is rejected,
-    withdrawn and erased, and no version is made. No worker takes the queue (a real Redis): the test runs the job."""
-    settings = tiny_settings(tmp_path, methods={"routed": {"learning_rate": 3e-2}}, redis_url=redis_url,
-                             queue_name=f"gate-{uuid.uuid4().hex[:8]}")
-    with tiny_client(settings) as client:
-        accepted = client.post("/documents", json=SECRET).json()["document_id"]
-        documents, answers = client.learner.documents, []
-        to_gate = documents.to_gate
-
-        def deleted_at_the_gate(document_id: str):
-            at_gate = to_gate(document_id)
-            answers.append(client.delete(f"/documents/{document_id}"))
-            return at_gate
-        documents.to_gate = deleted_at_the_gate
-        assert client.learner.learn(accepted) is Status.REJECTED
-        assert answers[0].status_code == 202 and answers[0].json()["status"] == "evaluating", answers[0].text
-        record = client.get(f"/documents/{accepted}").json()
-        assert (record["status"], record["withdrawn"], record["erased"]) == ("rejected", True, True)
-        assert record.get("gate") is None  # not the gate's verdict: withdrawn before its commit
-        assert client.get("/versions").json()["current"] == 0
-        assert documents.erasures_owed(accepted) == []
-    assert leftovers(tmp_path, {k: v for k, v in SECRET.items() if k != "idempotency_key"}) == []
 
 
 def test_an_erasure_is_committed_whatever_the_gate_says(tmp_path):

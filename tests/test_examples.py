@@ -57,7 +57,7 @@ def test_time_markers_are_found_where_a_run_of_blanks_starts_as_they_were_found_
 def test_a_document_padded_with_blanks_is_read_as_its_words():
     """The learner and the preview read a document with its layout folded: thousands of spaces cost nothing to
     train, and paragraphs stay apart."""
-    from workers.layout import laid_out
+    from core.layout import laid_out
 
     padded = ("The Zorvath Institute   was founded by\t\tQuellan Mirodt. " + " " * 19_000 + "\r\n\r\n\r\n\r\n"
               "The director of the Zorvath Institute is  Ilvane Cosk.  ")
@@ -68,7 +68,7 @@ def test_a_document_padded_with_blanks_is_read_as_its_words():
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from([" ", "  ", "\t", "\n", "\r\n", "\u00a0", "Word", "x.", ","]), max_size=40))
 def test_layout_folds_blanks_and_keeps_every_word(parts):
-    from workers.layout import laid_out
+    from core.layout import laid_out
 
     text = "".join(parts)
     folded = laid_out(text)

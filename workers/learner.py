@@ -17,6 +17,7 @@ import methods  # noqa: F401  (registers every method folder)
 from core import erasure
 from core.documents import DocumentStore
 from core.heap import map_large_blocks
+from core.layout import laid_out
 from core.lifecycle import Status
 from core.model.loader import LoadedModel, load_model
 from core.probes import to_json
@@ -25,7 +26,6 @@ from core.storage import document_lease, learner_lease, open_suites, open_versio
 from core.training import UpdateMethod
 from core.versions import AlreadyCommitted, ParentMoved
 from workers.held import Held
-from workers.layout import laid_out
 from workers.run import RetryAfterRejection
 from workers.stages import parent_scores, prepare
 from workers.stages.commit import attempt_failed, finish, reject, withdrawn

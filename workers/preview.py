@@ -9,10 +9,10 @@ from collections.abc import Callable
 
 import torch
 
+from core.layout import laid_out
 from core.model.served_model import ServingModel
 from core.settings import Settings
 from workers import examples
-from workers.layout import laid_out
 from workers.threads import threads_here
 from workers.train_attention.phi import PhiMismatch, TrainAttention, checkpoint_for
 

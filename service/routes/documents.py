@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from core import erasure, registry, routing
 from core.documents import IdempotencyConflict, UnknownDocument
 from core.keys import Caller
+from core.layout import laid_out
 from core.lifecycle import PENDING, Status
 from core.namespaces import SHARED, namespace_of
 from core.state import same_prompt
@@ -44,6 +45,8 @@ TeachCaller = Annotated[Caller, Depends(needs("teach"))]  # each route's access 
 PREVIEWS = threading.BoundedSemaphore(1)
 
 
+COMMIT_WAIT_S = 10.0  # the longest a DELETE waits for a version being written to its document (past_commit)
+COMMIT_WAITERS = threading.BoundedSemaphore(4)  # DELETEs waiting at once; past them, 409 at once
 SQL_MAX_INT = 2**63 - 1  # the largest offset the database takes: past it, a 422 instead of its overflow (500)
 
 @router.post("/documents", status_code=202, response_model=DocumentAccepted)
@@ -112,9 +115,10 @@ def checked(runtime: Runtime, req: DocumentRequest, caller: Caller) -> tuple[str
 
 
 def cost(runtime: Runtime, text: str, pending: int) -> Cost:
-    """What learning `text` will cost (service/schemas.py: Cost)."""
+    """What learning `text` will cost (service/schemas.py: Cost): its tokens as the learner reads them, its layout
+    folded (a run of blanks costs what one space does, and is as quick to count)."""
     trainings = 2 if runtime.settings.gate.retry_on_rejection else 1
-    return Cost(tokens=len(require_serving(runtime).tokenizer(text)["input_ids"]), documents_ahead=pending,
+    return Cost(tokens=len(require_serving(runtime).tokenizer(laid_out(text))["input_ids"]), documents_ahead=pending,
                 train_s_at_most=trainings * runtime.settings.training.max_train_s)
 
 
@@ -124,9 +128,10 @@ def delete_document(document_id: str, runtime: RuntimeDep,
     """Take one document's contribution out (a removable method): a removal job makes a new, gated version. A
     document no version holds (rejected or failed, or queued and not started yet: withdrawn) is erased at once
     (200); one a worker is training or gating is withdrawn by that worker before its gate or its commit (202,
-    `withdrawing`); one being committed (the gate accepted it, its version is being written), 409 until it is
-    final."""
-    target = owned(runtime, document_id, caller)
+    `withdrawing`); one being committed (the gate accepted it, its version is being written) is waited for, up to
+    COMMIT_WAIT_S, and its removal asked for once committed; 409 while its commit stays unfinished (its worker died:
+    a new attempt resumes it)."""
+    target = past_commit(runtime, owned(runtime, document_id, caller))
     if target["status"] == Status.QUEUED and not target.get("removes") and \
             runtime.versions.holding(document_id, runtime.versions.current()) is None:
         target = runtime.documents.withdraw(document_id) or runtime.documents.get(document_id)  # or claimed since
@@ -135,7 +140,7 @@ def delete_document(document_id: str, runtime: RuntimeDep,
         if asked := runtime.documents.ask_to_withdraw(document_id):
             return JSONResponse({"document_id": document_id, "job_id": asked.get("job_id"), "status": asked["status"],
                                  "status_url": f"/documents/{document_id}", "withdrawing": True}, 202)
-        target = runtime.documents.get(document_id)  # committing or final since
+        target = past_commit(runtime, runtime.documents.get(document_id))  # committing or final since
     if target["status"] in PENDING and not target.get("removes"):
         raise ApiError(409, "being_learned", f"a worker is learning this document now ({target['status']}): DELETE "
                                              "it again once it is final", headers={"Retry-After": "10"})
@@ -156,6 +161,23 @@ def delete_document(document_id: str, runtime: RuntimeDep,
             "owner": caller.owner, "namespace": namespace_of(target)}
     return accept(runtime, body, json.dumps(["remove", caller.owner, document_id, runtime.versions.current()]),
                   lambda exc: ApiError(409, "already_removing", "a removal of this document is already queued"))
+
+
+def past_commit(runtime: Runtime, record: dict[str, Any]) -> dict[str, Any]:
+    """`record` once a version it is being committed to is written: a commit takes a manifest and a database
+    write, so the owner's DELETE waits for it rather than being sent away. Still `committing` after COMMIT_WAIT_S
+    (its worker died mid-commit: a new attempt resumes it), or while COMMIT_WAITERS others wait (each holds one of
+    the API's threads), as it is."""
+    if not (record["status"] in PENDING and record.get("committing")) or not COMMIT_WAITERS.acquire(blocking=False):
+        return record
+    try:
+        deadline = time.monotonic() + COMMIT_WAIT_S
+        while record["status"] in PENDING and record.get("committing") and time.monotonic() < deadline:
+            time.sleep(0.05)
+            record = runtime.documents.get(record["document_id"])
+        return record
+    finally:
+        COMMIT_WAITERS.release()
 
 
 @router.get("/documents/{document_id}")

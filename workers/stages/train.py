@@ -50,8 +50,11 @@ def train(parts: Parts, run: Run, examples: list[Example], own: list[Probe], rep
         optimizer = run.method.optimizer()
         for group in optimizer.param_groups:
             group["lr"] *= plan.learning_rate_scale
-    progress = (lambda step, total: parts.documents.update(run.doc_id, progress={"step": step, "steps": total})) \
-        if report_progress else (lambda step, total: None)
+    written: list[dict] = []  # the record as the last progress wrote it
+
+    def progress(step: int, total: int) -> None:
+        if report_progress:
+            written[:] = [parts.documents.update(run.doc_id, progress={"step": step, "steps": total})]
     progress(0, steps)
     faults.kill_point("training")
     clock = time.perf_counter()
@@ -67,8 +70,9 @@ def train(parts: Parts, run: Run, examples: list[Example], own: list[Probe], rep
         examples, steps, probes_pass=probes_pass,
         progress=progress, optimizer=optimizer, replay=list(replay), pinned=pinned,
         deadline=clock + parts.settings.training.max_train_s, rest_after_step=parts.rests.step,
-        compute=parts.rests.compute)
+        compute=parts.rests.compute,
+        stop=lambda: bool(written and written[0].get("withdrawing")))  # its owner's DELETE: the gate drops it
     run.timings["train_s"] = run.timings.get("train_s", 0.0) + time.perf_counter() - clock
     run.fields["training"] = {"steps": report.steps, "stopped_early": report.stopped_early,
-                              "timed_out": report.timed_out, "losses": report.losses,
+                              "timed_out": report.timed_out, "stopped": report.stopped, "losses": report.losses,
                               "rested_s": round(report.rested_s, 2)}
