@@ -6,20 +6,40 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from core.lifecycle import Status
 from tests.api_app import tiny_client, tiny_settings
 from tests.test_erasure import SECRET, leftovers
 
+BODY = {k: v for k, v in SECRET.items() if k != "idempotency_key"}  # what must leave no trace
+
+
+@contextmanager
+def posted(tmp_path: Path, redis_url: str) -> Iterator[tuple]:
+    """A client of a server on the tiny model whose queue no worker takes, and the id of the document it was sent;
+    once it is closed, nothing of the document is left in the data folder."""
+    settings = tiny_settings(tmp_path, methods={"routed": {"learning_rate": 3e-2}}, redis_url=redis_url,
+                             queue_name=f"moments-{uuid.uuid4().hex[:8]}")
+    with tiny_client(settings) as client:
+        yield client, client.post("/documents", json=SECRET).json()["document_id"]
+    assert leftovers(tmp_path, BODY) == []
+
+
+def assert_withdrawn(client, document_id: str) -> None:
+    """Rejected, withdrawn and erased, and no version made."""
+    record = client.get(f"/documents/{document_id}").json()
+    assert (record["status"], record["withdrawn"], record["erased"]) == ("rejected", True, True)
+    assert client.get("/versions").json()["current"] == 0
+    assert client.learner.documents.erasures_owed(document_id) == []
+
 
 def test_a_document_its_owner_deletes_during_its_gate_is_withdrawn_before_its_commit(tmp_path, redis_url):
-    """The DELETE sent while the worker's gate runs (the gate's first step calls it: a moment no request from
-    outside can be timed to hit): 202, and the gate's accepting verdict is not committed; the document is rejected,
-    withdrawn and erased, and no version is made. No worker takes the queue (a real Redis): the test runs the job."""
-    settings = tiny_settings(tmp_path, methods={"routed": {"learning_rate": 3e-2}}, redis_url=redis_url,
-                             queue_name=f"gate-{uuid.uuid4().hex[:8]}")
-    with tiny_client(settings) as client:
-        accepted = client.post("/documents", json=SECRET).json()["document_id"]
+    """The DELETE sent while the worker's gate runs (the gate's first step calls it): 202, and the gate's accepting
+    verdict is not committed."""
+    with posted(tmp_path, redis_url) as (client, accepted):
         documents, answers = client.learner.documents, []
         to_gate = documents.to_gate
 
@@ -30,22 +50,14 @@ def test_a_document_its_owner_deletes_during_its_gate_is_withdrawn_before_its_co
         documents.to_gate = deleted_at_the_gate
         assert client.learner.learn(accepted) is Status.REJECTED
         assert answers[0].status_code == 202 and answers[0].json()["status"] == "evaluating", answers[0].text
-        record = client.get(f"/documents/{accepted}").json()
-        assert (record["status"], record["withdrawn"], record["erased"]) == ("rejected", True, True)
-        assert record.get("gate") is None  # not the gate's verdict: withdrawn before its commit
-        assert client.get("/versions").json()["current"] == 0
-        assert documents.erasures_owed(accepted) == []
-    assert leftovers(tmp_path, {k: v for k, v in SECRET.items() if k != "idempotency_key"}) == []
+        assert_withdrawn(client, accepted)
+        assert client.get(f"/documents/{accepted}").json().get("gate") is None  # withdrawn before its commit
 
 
 def test_a_document_its_owner_deletes_while_it_trains_stops_training_at_the_next_step(tmp_path, redis_url):
-    """The DELETE sent after the first training step, before its progress is written (a moment no request from
-    outside can be timed to hit): 202, no training step after it, and the document is rejected, withdrawn and
-    erased, no version made. No worker takes the queue (a real Redis): the test runs the job."""
-    settings = tiny_settings(tmp_path, methods={"routed": {"learning_rate": 3e-2}}, redis_url=redis_url,
-                             queue_name=f"train-{uuid.uuid4().hex[:8]}")
-    with tiny_client(settings) as client:
-        accepted = client.post("/documents", json=SECRET).json()["document_id"]
+    """The DELETE sent after the first training step, before its progress is written: 202, and no training step
+    after it."""
+    with posted(tmp_path, redis_url) as (client, accepted):
         documents, answers, steps_after = client.learner.documents, [], []
         update = documents.update
 
@@ -60,31 +72,23 @@ def test_a_document_its_owner_deletes_while_it_trains_stops_training_at_the_next
         assert client.learner.learn(accepted) is Status.REJECTED
         assert answers[0].status_code == 202 and answers[0].json()["withdrawing"], answers[0].text
         assert steps_after == []
-        record = client.get(f"/documents/{accepted}").json()
-        assert (record["status"], record["withdrawn"], record["erased"]) == ("rejected", True, True)
-        assert client.get("/versions").json()["current"] == 0
-    assert leftovers(tmp_path, {k: v for k, v in SECRET.items() if k != "idempotency_key"}) == []
+        assert_withdrawn(client, accepted)
 
 
 def test_a_document_its_owner_deletes_while_its_version_is_written_is_removed_once_committed(tmp_path, redis_url):
     """The DELETE sent the moment the gate's accepting verdict is marked (`to_commit` calls it, on a thread of its
-    own: a moment no request from outside can be timed to hit) waits for the version being written, then queues
-    the removal (202); the removal, run, erases the document. No worker takes the queue (a real Redis): the test
-    runs the jobs."""
-    settings = tiny_settings(tmp_path, methods={"routed": {"learning_rate": 3e-2}}, redis_url=redis_url,
-                             queue_name=f"commit-{uuid.uuid4().hex[:8]}")
-    with tiny_client(settings) as client:
-        accepted = client.post("/documents", json=SECRET).json()["document_id"]
-        documents, answers = client.learner.documents, []
+    own) waits for the version being written, then queues the removal (202); the removal, run, erases the
+    document."""
+    with posted(tmp_path, redis_url) as (client, accepted):
+        documents, answers, senders = client.learner.documents, [], []
         to_commit = documents.to_commit
 
         def deleted_while_committing(document_id: str):
             marked = to_commit(document_id)
-            sender = threading.Thread(target=lambda: answers.append(client.delete(f"/documents/{document_id}")))
-            sender.start()
-            senders.append(sender)
+            senders.append(threading.Thread(target=lambda: answers.append(
+                client.delete(f"/documents/{document_id}"))))
+            senders[-1].start()
             return marked
-        senders: list[threading.Thread] = []
         documents.to_commit = deleted_while_committing
         assert client.learner.learn(accepted) is Status.COMMITTED
         senders[0].join(30)
@@ -92,4 +96,3 @@ def test_a_document_its_owner_deletes_while_its_version_is_written_is_removed_on
         removal = answers[0].json()["document_id"]
         assert removal != accepted and client.learner.learn(removal) is Status.COMMITTED
         assert client.get(f"/documents/{accepted}").json()["erased"] is True
-    assert leftovers(tmp_path, {k: v for k, v in SECRET.items() if k != "idempotency_key"}) == []
