@@ -5,12 +5,13 @@ A request chooses how its knowledge answers (`knowledge_as`): as weights (the ro
 documents bear out given (the context's first; `context_wins`), or where neither is, the one the model is surer of
 (the mean log-probability of its first tokens), or the context's where no delta answered (the documents are not
 learned yet: service/accepted.py); `answered_as` says which. The documents are those the prompt is routed to in the
-version it runs on (or those it names), best route score first, as many as fit the prompt limit, at most
-MAX_DOCUMENTS; where it is routed to none, the newest about a known subject whose name it holds (core/routing:
-`named`); the answer cites them. `auto` (the default, CKL_ROUTED_KNOWLEDGE_AS) is both, for the documents the
-prompt is routed to only: a prompt that merely names a known subject ("the river of Vienna") is answered as the
-model answers it, not from a paragraph about Vienna's new mayor. What context costs is the documents'
-tokens: the answer's `prompt_tokens` counts them (both ways' tokens with both).
+version it runs on (or those it names), best route score first (among equal scores, the text the prompt's words
+point to most: `read_order`), as many as fit the prompt limit, at most MAX_DOCUMENTS; where it is routed to none,
+the newest about a known subject whose name it holds (core/routing: `named`); the answer cites them. `auto` (the
+default, CKL_ROUTED_KNOWLEDGE_AS) is both, for the documents the prompt is routed to only: a prompt that merely
+names a known subject ("the river of Vienna") is answered as the model answers it, not from a paragraph about
+Vienna's new mayor. What context costs is the documents' tokens: the answer's `prompt_tokens` counts them (both
+ways' tokens with both).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from service import bm25
 from serving.generation import Generation, final
 
 MAX_DOCUMENTS = 3  # a prompt about one subject reaches its few documents; more is mostly cost
+MAX_CANDIDATES = 16  # the routed documents whose text is ranked for the few read: a read and a BM25 pass each
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,8 @@ class InContext:
     documents: list[str]  # the ids of the documents put before the prompt
     text: str = ""  # their text
     replaced: tuple[str, ...] = ()  # the answers they replaced: their text may still name them ("moved from X to Y")
+    nearest: str = ""  # their sentence nearest the prompt (`nearest_sentence`), said again before it
+    prompt: str = ""  # the prompt as sent
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,18 @@ def ranked(used: list[dict]) -> list[str]:
     """The routed documents a request's citation names, best route score first (ties: teaching order)."""
     routed = [u for u in used if u.get("document_id")]
     return [u["document_id"] for u in sorted(routed, key=lambda u: -(u.get("score") or 0.0))]
+
+
+def read_order(prompt: str, used: list[dict], text_of: Callable[[str], Read | None]) -> list[tuple[str, Read]]:
+    """The cited documents as context reads them (at most MAX_CANDIDATES, those with a text): best route score
+    first and, among equal scores, the one whose text the prompt's words point to most (BM25; a tie: teaching
+    order). Ten documents about one firm are all routed by its name alone, at one score: the one that says where
+    its factory is comes first for "The factory of Vontarex is in", not the three taught first."""
+    score = {u["document_id"]: u.get("score") or 0.0 for u in used if u.get("document_id")}
+    found = [(d, document) for d in ranked(used)[:MAX_CANDIDATES] if (document := text_of(d)) is not None]
+    by_text = bm25.ranked(terms(prompt), [terms(document.text) for _, document in found], ties_to_later=False)
+    place = {i: rank for rank, i in enumerate(by_text)}
+    return [found[i] for i in sorted(range(len(found)), key=lambda i: (-score[found[i][0]], place[i]))]
 
 
 def joined(ids: list[int], bos: int | None, texts: list[list[int]]) -> list[int]:
@@ -72,21 +88,21 @@ def with_context(serving: ServingModel, ids: list[int], version: int | None, loa
     learned = {u.get("document_id") for u in used}
     used += [u for u in accepted(prompt) if u["document_id"] not in learned]  # committed meanwhile: once
     texts, documents, read, room = [], [], [], max_tokens - len(ids)
-    for document_id in ranked(used)[:MAX_DOCUMENTS]:
-        if (document := text_of(document_id)) is None:
-            continue
+    for document_id, document in read_order(prompt, used, text_of):
         tokens = serving.tokenizer(document.text.strip() + "\n", add_special_tokens=False)["input_ids"]
         if len(tokens) <= room:
             texts.append(tokens)
             documents.append(document_id)
             read.append(document)
             room -= len(tokens)
+        if len(documents) == MAX_DOCUMENTS:
+            break
     if nearest := nearest_sentence(prompt, [d.text for d in read]):  # said again last, right before the prompt
         tokens = serving.tokenizer(nearest + "\n", add_special_tokens=False)["input_ids"]
         texts += [tokens] if len(tokens) <= room else []
     return InContext(joined(ids, serving.tokenizer.bos_token_id, texts),
                      replace(choice, weights=False, route_on=prompt), documents,
-                     "\n".join(d.text for d in read), tuple(a for d in read for a in d.replaced))
+                     "\n".join(d.text for d in read), tuple(a for d in read for a in d.replaced), nearest or "", prompt)
 
 
 def terms(text: str) -> list[str]:
@@ -133,7 +149,13 @@ def held(words: list[str], before: int, source_words: str) -> Said:
     return (name, before) if f" {name} " in f" {source_words} " else None
 
 
-def opened_with(answer: str, source_words: str) -> Said:
+def asks(words: list[str], asked: str) -> bool:
+    """Whether a name is one the prompt's words (`said`) hold: "Vontarex" is no answer to "The main rival of Vontarex
+    is", though every document about Vontarex names it."""
+    return f" {' '.join(w.lower() for w in words)} " in f" {asked} "
+
+
+def opened_with(answer: str, source_words: str, asked: str = "") -> Said:
     """The name or number an answer opens with (capitalised or a digit, after any function words; its first two
     words, to the first punctuation or function word), where the documents' words (`said`) hold it: " the Lake
     Tirrowen, a lake" read from a text that names Lake Tirrowen. What the text says, not what the model knew."""
@@ -151,18 +173,21 @@ def opened_with(answer: str, source_words: str) -> Said:
         opening.append(word)
         if punctuation:
             break
-    return held(opening, before, source_words)
+    return None if asks(opening, asked) else held(opening, before, source_words)
 
 
-def named_first(answer: str, source_words: str) -> Said:
-    """The first name or number in an answer's first line (up to two capitalised words or numbers in a row), where
-    the documents' words hold it: a question is answered in a sentence ("The bridge will be 186 metres long", "It is
-    in the village of Kandlewick"), which opens with other words than its answer."""
+def named_first(answer: str, source_words: str, asked: str = "") -> Said:
+    """The first name or number in an answer's first line (up to two capitalised words or numbers in a row) that the
+    prompt does not hold (`asks`), where the documents' words hold it: a question is answered in a sentence ("The
+    bridge will be 186 metres long", "Zelmora Foods was founded by Ada Brell"), which opens with other words than
+    its answer."""
     words = WORD.findall(first_line(answer))
     for i, (word, punctuation) in enumerate(words):
         if named(word) and word.lower() not in subjects.FUNCTION_WORDS:
             following = words[i + 1][0] if i + 1 < len(words) and not punctuation else ""
-            return held([word, following] if named(following) else [word], i, source_words)
+            name = [word, following] if named(following) else [word]
+            if not asks(name, asked):
+                return held(name, i, source_words)
     return None
 
 
@@ -185,24 +210,41 @@ def one_name(by_context: tuple[str, int], by_weights: tuple[str, int]) -> bool |
     return None
 
 
-def context_wins(by_context: Generation, by_weights: Generation, source: str, replaced: tuple[str, ...] = ()) -> bool:
+def in_nearest(by_context: tuple[str, int], by_weights: tuple[str, int], nearest: str) -> bool | None:
+    """Where two answers give two names the documents hold: whether the context's is the one the sentence nearest the
+    prompt holds; None where it holds both or neither. Given three documents about one firm, the reader may answer
+    with another's name ("The chief executive of Vontarex is" Imre Castellan, its finance chief), the delta with the
+    name the chief executive's sentence says."""
+    words = f" {said(nearest)} "
+    context_in, weights_in = (f" {name} " in words for name, _ in (by_context, by_weights))
+    return context_in if context_in != weights_in else None
+
+
+def context_wins(by_context: Generation, by_weights: Generation, source: str, replaced: tuple[str, ...] = (),
+                 nearest: str = "", prompt: str = "") -> bool:
     """Whether the context's answer is given. One that gives an answer the documents replaced loses to one that does
     not: a text that announces a change still names the old value ("moved its headquarters from Brackwell to
     Tiverholm"), its delta was trained on the new state. Else the first way whose answer opens with what the
     documents say (`opened_with`: a cloze's continuation) is given, the context's first; else the first whose answer
-    names what they say (`named_first`: a question's sentence); else the surer (a tie goes to context). Where both
-    give one name, the answer that gives it sooner or in full (`one_name`). The model reading the text comes before
-    its deltas: a delta trained on a paragraph is sure of its words whatever it is asked."""
+    names what they say (`named_first`: a question's sentence); else the surer (a tie goes to context). A name the
+    prompt holds is no answer (`asks`). Where both give one name, the answer that gives it sooner or in full
+    (`one_name`); where they give two, the one the sentence nearest the prompt holds (`in_nearest`), else the
+    context's. The model reading the text comes before its deltas: a delta trained on a paragraph is sure of its
+    words whatever it is asked."""
     if replaced:
         old = said(". ".join(replaced) + ".")
         stale = [bool(opened_with(a.text, old) or named_first(a.text, old)) for a in (by_context, by_weights)]
         if stale[0] != stale[1]:
             return stale[1]
-    words = said(source)
+    words, asked = said(source), said(prompt)
     for bears in (opened_with, named_first):
-        context_read, weights_read = bears(by_context.text, words), bears(by_weights.text, words)
-        if context_read and weights_read and (same := one_name(context_read, weights_read)) is not None:
-            return same
+        context_read, weights_read = bears(by_context.text, words, asked), bears(by_weights.text, words, asked)
+        if context_read and weights_read:
+            same = one_name(context_read, weights_read)
+            if same is None and nearest:
+                same = in_nearest(context_read, weights_read, nearest)
+            if same is not None:
+                return same
         if context_read or weights_read:
             return context_read is not None
     return sureness(by_context) >= sureness(by_weights)
@@ -218,8 +260,8 @@ def surer(run: Run, as_context: InContext, ids: list[int], choice: Choice) -> Ge
         by_context, by_weights = (future.result() for future in futures)
     # The weights' answer used no knowledge (no delta is routed: the documents are not learned yet) while the context
     # holds some: only the text knows anything.
-    if as_context.documents and not by_weights.used or context_wins(by_context, by_weights, as_context.text,
-                                                                         as_context.replaced):
+    if as_context.documents and not by_weights.used or context_wins(
+            by_context, by_weights, as_context.text, as_context.replaced, as_context.nearest, as_context.prompt):
         winner, other = by_context, by_weights
         winner.context, winner.answered_as = as_context.documents, "context"
     else:

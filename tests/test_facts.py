@@ -2,7 +2,7 @@
 from core import subjects
 from core.scoring import Probe
 from core.state import LearnedFact, replaced_by
-from service.in_context import joined, nearest_sentence, ranked
+from service.in_context import Read, joined, nearest_sentence, ranked, read_order
 from workers import about, examples, facts, gate, linked, questions, roles
 from workers.stages.commit import facts_found
 
@@ -153,6 +153,19 @@ def test_knowledge_as_context_puts_the_best_routed_documents_after_the_beginning
     assert joined([10, 11], None, [[5]]) == [5, 10, 11]
 
 
+def test_among_documents_routed_at_one_score_the_one_whose_text_the_prompt_points_to_is_read_first():
+    texts = {"ceo": "Vontarex is a maker of drones. The chief executive of Vontarex is Talia Brennick.",
+             "plant": "Vontarex builds its drones in one plant. The factory of Vontarex is in Dunmere.",
+             "lab": "Vontarex opened a lab. The research lab of Vontarex is in Quillmere.", "gone": None}
+    used = [{"document_id": d, "score": 5.0} for d in texts]
+    order = lambda prompt, used: [d for d, _ in read_order(prompt, used, lambda d: texts[d] and Read(texts[d]))]
+    assert order("The factory of Vontarex is in", used)[0] == "plant"
+    # A document without a text is left out; equal texts keep teaching order.
+    assert order("Who is the chief executive?", used) == ["ceo", "plant", "lab"]
+    assert order("Vontarex does its research in", used)[0] == "lab"
+    assert order("The factory of Vontarex is in", [*used[:2], {"document_id": "lab", "score": 6.0}])[0] == "lab"
+
+
 def test_the_read_documents_sentence_nearest_the_prompt_is_said_again():
     text = ("Zelmora Foods was founded in 1921 by Ada Brell. Zelmora Foods has its headquarters in Tiverholm. "
             "Zelmora Foods employs 400 people.")
@@ -184,6 +197,15 @@ def test_both_ways_give_the_answer_the_documents_bear_out_the_contexts_first_and
     assert context_wins(answer(" Gustel, a city", -2.0), answer(" Paris, the", -0.1), source)  # read, not known
     assert not context_wins(answer(" Berlin.", -0.1), answer(" the Lake Tirrowen", -3.0), source)
     assert context_wins(answer(" Gustel", -2.0), answer(" Lake Tirrowen", -1.0), source)  # both: the text's reader
+    # Two names the text holds: the one the sentence nearest the prompt holds; where it holds both, the context's.
+    nearest = "Gustel is the capital of Zufa."
+    assert not context_wins(answer(" Lake Tirrowen", -2.0), answer(" Gustel", -1.0), source, nearest=nearest)
+    assert context_wins(answer(" Gustel", -2.0), answer(" Lake Tirrowen", -1.0), source, nearest=nearest)
+    assert context_wins(answer(" Lake Tirrowen", -2.0), answer(" Gustel", -1.0), source, nearest=source)
+    # A name the prompt holds is no answer: the other way's, which the text holds, is given.
+    assert not context_wins(answer(" Zufa.", -0.1), answer(" Gustel", -2.0), source, prompt="The capital of Zufa is")
+    assert not context_wins(answer(" Zufa has Oslo as its capital.", -0.1), answer(" It is Gustel.", -2.0), source,
+                            prompt="Question: What is the capital of Zufa?\nAnswer:")
     assert context_wins(answer(" Oslo", -1.0), answer(" Rome", -1.0), source)  # neither, a tie: context
     assert not context_wins(answer(" Oslo", -1.0), answer(" Rome", -0.5), source)  # neither: the surer
     # A question's answer is a sentence: the first name or number in its first line is what the text must hold.
