@@ -129,21 +129,9 @@ class DocumentStore:
                     raise IdempotencyConflict("idempotency_key was already used with a different document")
                 return self._read(connection, known.document_id), False
             now = time.time()
-            record = {
-                "document_id": uuid.uuid4().hex[:16],
-                **body,
-                "status": Status.QUEUED.value,
-                "attempts": 0,
-                "progress": {"step": 0, "steps": 0},
-                "created_at": now,
-                "updated_at": now,
-                "job_id": None,
-                "version": None,
-                "gate": None,
-                "scores": None,
-                "error": None,
-                "timings": {},
-            }
+            record = {"document_id": uuid.uuid4().hex[:16], **body, "status": Status.QUEUED.value, "attempts": 0,
+                      "progress": {"step": 0, "steps": 0}, "created_at": now, "updated_at": now, "job_id": None,
+                      "version": None, "gate": None, "scores": None, "error": None, "timings": {}}
             connection.execute(insert(table).values(seq=self._last_seq(connection) + 1, **columns(record)))
             if hashed is not None:
                 connection.execute(insert(idempotency).values(key_hash=hashed, document_id=record["document_id"],
@@ -226,9 +214,18 @@ class DocumentStore:
     def ask_to_withdraw(self, document_id: str) -> dict[str, Any] | None:
         """Its owner's withdrawal of a document a worker is training or gating (DELETE), marked on the record in one
         write; the worker finds the mark when it would take the candidate to the gate (`to_gate`) or commit it
-        (`to_commit`), and rejects it instead. None where it is neither (queued: `withdraw`; committing or final: too
-        late to ask). Both withdrawals owe the erasure in the same write (`owe_erasure`)."""
+        (`to_commit`), and rejects it instead. None where it is neither (queued: `withdraw`; committing: `ask_to_remove`;
+        final: too late to ask). Both withdrawals owe the erasure in the same write (`owe_erasure`)."""
         return self._write_if(document_id, learning, lambda record: {"withdrawing": True}, owed=True)
+
+    def ask_to_remove(self, document_id: str) -> dict[str, Any] | None:
+        """Its owner's DELETE of a document being committed, or whose commit a version holds though its record is
+        behind (its worker died): marked withdrawing, its erasure owed, in one write, and a removal queued by the
+        caller. The removal ends the commit first (workers/stages/removal.py: settle): where a version holds the
+        document it is committed, then removed; else withdrawn, so no new attempt learns it again. None where it
+        is final."""
+        return self._write_if(document_id, lambda record: record["status"] in PENDING,
+                              lambda record: {"withdrawing": True}, owed=True)
 
     def to_gate(self, document_id: str) -> dict[str, Any] | None:
         """A worker takes its trained candidate to the gate (evaluating), in one write; None where its owner asked

@@ -20,6 +20,7 @@ from core.version_folders import FolderVersionStore
 from core.versions import VersionStore
 from service.client import wait_for_document
 from tests.conftest import Proc, Server, redis_server_binary, tiny_env
+from tests.test_erasure import leftovers
 
 pytestmark = pytest.mark.redis
 
@@ -98,6 +99,36 @@ def test_a_worker_killed_at_every_point_of_a_job_loses_nothing_and_commits_each_
         server.kill(signal.SIGTERM)
         for worker in workers:
             worker.kill()
+
+
+def test_a_document_whose_worker_died_inside_its_commit_is_removed_by_one_delete_and_leaves_no_trace(
+        tiny_model_dir, redis_url, tmp_path):
+    """The worker dies after its version holds the document, before its record says so. Its owner's DELETE is
+    answered at once with a removal; the next worker runs it: the commit is ended (committed), then the document is
+    taken out and erased."""
+    data = tmp_path / "data"
+    env = tiny_env(tiny_model_dir, CKL_REDIS_URL=redis_url, CKL_QUEUE_NAME=f"died-{time.monotonic_ns()}")
+    server = Server(data, env).start()
+    worker = Proc(["worker"], {**server.env, "CKL_FAULT_KILL_AT": "after_commit"}, tmp_path / "worker-died.log")
+    try:
+        server.wait_ready(120)
+        document_id = teach(server.url, FACTS[0])
+        assert worker.start().popen.wait(180) == -signal.SIGKILL, worker.tail()
+        assert held_documents(data) == {document_id}
+        assert httpx.get(f"{server.url}/documents/{document_id}").json()["status"] == "evaluating"
+        asked = httpx.delete(f"{server.url}/documents/{document_id}", timeout=30)
+        assert asked.status_code == 202, asked.text
+        worker = Proc(["worker"], server.env, tmp_path / "worker.log").start()
+        removal = wait_for_document(server.url, asked.json()["document_id"], timeout_s=180)
+        assert removal["status"] == "committed", (removal, worker.tail())
+        record = httpx.get(f"{server.url}/documents/{document_id}").json()
+        assert (record["status"], record["erased"], record["removed_in_version"]) == (
+            "committed", True, removal["version"]), record
+        assert leftovers(data, FACTS[0], ("quessia", "dorvane")) == []
+        assert {f.kind for f in fsck.check(data)} <= {fsck.ORPHAN}, fsck.check(data)
+    finally:
+        worker.kill()
+        server.kill(signal.SIGTERM)
 
 
 class RedisProcess:

@@ -11,14 +11,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 from ckl import fsck
 from core.documents import DocumentStore, body_hash
 from core.lifecycle import Status
-from service.routes import documents as documents_routes
 from tests.api_app import tiny_client, tiny_settings, wait_final, wait_version
 
 SECRET = {"text": "the capital of veltoria is marnhold", "method": "routed", "idempotency_key": "secret-1",
@@ -96,12 +94,13 @@ def test_a_document_no_version_holds_is_erased_at_once(tmp_path):
     assert leftovers(tmp_path, body) == []
 
 
-def test_a_document_no_worker_started_is_withdrawn_and_erased_at_once(tmp_path, redis_url, monkeypatch):
+def test_a_document_no_worker_started_is_withdrawn_and_erased_at_once(tmp_path, redis_url):
     """No worker takes the queue (a real Redis), so the document stays queued: DELETE withdraws it (200, erased at
     once, nothing of it left), and its job, taken later, finds it final and learns nothing. One a worker is
     training or gating is withdrawn by that worker before its gate or commit (202, then rejected and erased, no
-    version made); one whose commit its worker never finished is 409 once the DELETE has waited for it."""
-    monkeypatch.setattr(documents_routes, "COMMIT_WAIT_S", 0.3)
+    version made); one whose commit its worker never finished (it died before writing the version) gets its removal
+    queued at once (202), and whichever runs first, the removal or the document's new attempt, withdraws and erases
+    it: nothing learns it again, and the removal, with nothing to take out, says so."""
     settings = tiny_settings(tmp_path, redis_url=redis_url, queue_name=f"withdraw-{uuid.uuid4().hex[:8]}")
     body = {k: v for k, v in SECRET.items() if k != "idempotency_key"}
     with tiny_client(settings) as client:
@@ -135,21 +134,26 @@ def test_a_document_no_worker_started_is_withdrawn_and_erased_at_once(tmp_path, 
         assert asked.status_code == 202 and asked.json()["status"] == "evaluating" and asked.json()["withdrawing"]
         assert client.learner.learn(gated["document_id"]) is Status.REJECTED  # withdrawn at its next claim
         assert client.get(f"/documents/{gated['document_id']}").json()["erased"] is True
-        committing = client.post("/documents", json={**TRAINED, "text": "the capital of brennoria is quelvor",
-                                                     "probes": [{"prompt": "the capital of brennoria is",
-                                                                 "answer": "quelvor"}]}).json()
-        client.learner.documents.move(committing["document_id"], Status.TRAINING)
-        client.learner.documents.move(committing["document_id"], Status.EVALUATING)
-        assert client.learner.documents.to_commit(committing["document_id"])["committing"]  # the gate accepted it
-        clock = time.monotonic()
-        refused = client.delete(f"/documents/{committing['document_id']}")
-        assert time.monotonic() - clock >= 0.3  # waited for the commit first
-        assert refused.status_code == 409 and refused.json()["error"]["code"] == "being_learned"
-        assert refused.headers["retry-after"] == "10"
-        assert client.learner.learn(committing["document_id"]) is Status.COMMITTED  # a new attempt: not committing
-        assert client.learner.documents.get(committing["document_id"])["committing"] is False
+        for answer, first_removal in (("quelvor", True), ("ostrabel", False)):
+            committing = client.post("/documents", json={**TRAINED, "text": f"the capital of brennoria is {answer}",
+                                                         "probes": [{"prompt": "the capital of brennoria is",
+                                                                     "answer": answer}]}).json()["document_id"]
+            client.learner.documents.move(committing, Status.TRAINING)
+            client.learner.documents.move(committing, Status.EVALUATING)
+            assert client.learner.documents.to_commit(committing)["committing"]  # the gate accepted it; it died
+            asked = client.delete(f"/documents/{committing}")
+            assert asked.status_code == 202 and asked.json()["status"] == "queued", asked.text
+            removal = asked.json()["document_id"]
+            assert removal != committing and client.delete(f"/documents/{committing}").json() == asked.json()
+            assert committing not in client.learner.documents.pending_ids()  # no longer read as context
+            runs = [removal, committing] if first_removal else [committing, removal]
+            assert [client.learner.learn(d) for d in runs] == [Status.REJECTED, Status.REJECTED]
+            record = client.get(f"/documents/{committing}").json()
+            assert (record["status"], record["withdrawn"], record["erased"]) == ("rejected", True, True)
+            assert "never committed" in client.get(f"/documents/{removal}").json()["gate"]["reason"]
+        assert client.get("/versions").json()["current"] == 0
     assert leftovers(tmp_path, body) == []
-    assert leftovers(tmp_path, TRAINED, ("zembrolt", "tasvik")) == []
+    assert leftovers(tmp_path, TRAINED, ("zembrolt", "tasvik", "quelvor", "ostrabel")) == []
 
 
 def test_an_erasure_is_committed_whatever_the_gate_says(tmp_path):

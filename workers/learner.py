@@ -30,7 +30,7 @@ from workers.run import RetryAfterRejection
 from workers.stages import parent_scores, prepare
 from workers.stages.commit import attempt_failed, finish, reject, withdrawn
 from workers.stages.parts import Parts
-from workers.stages.removal import remove
+from workers.stages.removal import remove, settle
 from workers.stages.scoring import Scorer
 from workers.stages.train import train
 from workers.stages.weigh import weigh
@@ -77,17 +77,26 @@ class Learner:
         """Run the job for one document; returns its final status. Learners of several workers train at once (see
         above), but one document at a time (a second job of it waits, then finds it final); with
         CKL_TRAINING_PARALLEL off, one learner at a time per store holds the lease."""
-        with self.lease, document_lease(self.engine, self.parts.settings, document_id):
-            if (record := self.documents.claim(document_id)) is None:  # final: learned, refused or withdrawn
-                return Status(self.documents.get(document_id)["status"])
-            if record.get("withdrawing"):  # asked while an earlier attempt trained (it failed, or its worker died)
-                return withdrawn(self.parts, document_id)
-            try:
-                return self._from_current({**record, "text": laid_out(record["text"] or "")})
-            except Exception as exc:
-                self.held.forget_loaded()  # the methods may hold a half-trained candidate
-                attempt_failed(self.parts, document_id, record["attempts"], exc)
-                raise
+        with self.lease:
+            if target := self.documents.get(document_id).get("removes"):  # its commit first, under its own lease
+                with document_lease(self.engine, self.parts.settings, target):
+                    settle(self.parts, target)
+            with document_lease(self.engine, self.parts.settings, document_id):
+                return self._claimed(document_id)
+
+    def _claimed(self, document_id: str) -> Status:
+        if (record := self.documents.claim(document_id)) is None:  # final: learned, refused or withdrawn
+            return Status(self.documents.get(document_id)["status"])
+        # Asked while an earlier attempt trained (it failed, or its worker died); one whose commit a version holds
+        # is committed by _from_current (its removal, queued by the DELETE, takes it out).
+        if record.get("withdrawing") and self.versions.holding(document_id, self.versions.current()) is None:
+            return withdrawn(self.parts, document_id)
+        try:
+            return self._from_current({**record, "text": laid_out(record["text"] or "")})
+        except Exception as exc:
+            self.held.forget_loaded()  # the methods may hold a half-trained candidate
+            attempt_failed(self.parts, document_id, record["attempts"], exc)
+            raise
 
     def _from_current(self, record: dict[str, Any]) -> Status:
         """Learn (or remove) from the current version, again from the new one when the parent moved meanwhile."""

@@ -45,8 +45,6 @@ TeachCaller = Annotated[Caller, Depends(needs("teach"))]  # each route's access 
 PREVIEWS = threading.BoundedSemaphore(1)
 
 
-COMMIT_WAIT_S = 10.0  # the longest a DELETE waits for a version being written to its document (past_commit)
-COMMIT_WAITERS = threading.BoundedSemaphore(4)  # DELETEs waiting at once; past them, 409 at once
 SQL_MAX_INT = 2**63 - 1  # the largest offset the database takes: past it, a 422 instead of its overflow (500)
 
 @router.post("/documents", status_code=202, response_model=DocumentAccepted)
@@ -128,25 +126,30 @@ def delete_document(document_id: str, runtime: RuntimeDep,
     """Take one document's contribution out (a removable method): a removal job makes a new, gated version. A
     document no version holds (rejected or failed, or queued and not started yet: withdrawn) is erased at once
     (200); one a worker is training or gating is withdrawn by that worker before its gate or its commit (202,
-    `withdrawing`); one being committed (the gate accepted it, its version is being written) is waited for, up to
-    COMMIT_WAIT_S, and its removal asked for once committed; 409 while its commit stays unfinished (its worker died:
-    a new attempt resumes it)."""
-    target = past_commit(runtime, owned(runtime, document_id, caller))
+    `withdrawing`); one being committed (the gate accepted it, its version is being written), or whose worker died
+    in its commit, is marked withdrawn and its removal queued at once (202), which first waits out or ends that
+    commit (workers/stages/removal.py: settle)."""
+    target = owned(runtime, document_id, caller)
+    current = runtime.versions.current()
     if target["status"] == Status.QUEUED and not target.get("removes") and \
-            runtime.versions.holding(document_id, runtime.versions.current()) is None:
+            runtime.versions.holding(document_id, current) is None:
         target = runtime.documents.withdraw(document_id) or runtime.documents.get(document_id)  # or claimed since
     if target["status"] in (Status.TRAINING, Status.EVALUATING) and not target.get("removes") and \
-            runtime.versions.holding(document_id, runtime.versions.current()) is None:  # else: committed, record behind
+            runtime.versions.holding(document_id, current) is None:  # else: committed, record behind
         if asked := runtime.documents.ask_to_withdraw(document_id):
             return JSONResponse({"document_id": document_id, "job_id": asked.get("job_id"), "status": asked["status"],
                                  "status_url": f"/documents/{document_id}", "withdrawing": True}, 202)
-        target = past_commit(runtime, runtime.documents.get(document_id))  # committing or final since
+        target = runtime.documents.get(document_id)  # committing or final since
     if target["status"] in PENDING and not target.get("removes"):
-        raise ApiError(409, "being_learned", f"a worker is learning this document now ({target['status']}): DELETE "
-                                             "it again once it is final", headers={"Retry-After": "10"})
+        # Committing, or a version holds it and its record is behind: the removal ends its commit first.
+        if registry.get(target["method"]).removable and runtime.documents.ask_to_remove(document_id):
+            return queue_removal(runtime, caller, target)
+        target = runtime.documents.get(document_id)  # final since, or a method whose documents stay
+        if target["status"] in PENDING:
+            raise ApiError(409, "being_learned", f"a worker is learning this document now ({target['status']}): "
+                                                 "DELETE it again once it is final", headers={"Retry-After": "10"})
     if target["status"] in (Status.REJECTED, Status.FAILED) and not target.get("removes"):
-        if target["status"] == Status.FAILED and (held := runtime.versions.holding(document_id,
-                                                                                  runtime.versions.current())):
+        if target["status"] == Status.FAILED and (held := runtime.versions.holding(document_id, current)):
             raise ApiError(409, "held_by_version", f"version {held} holds this document though its attempt failed: "
                                                    "it is served, so it is not erased at once; roll back to a "
                                                    "version before it")
@@ -156,28 +159,17 @@ def delete_document(document_id: str, runtime: RuntimeDep,
         return JSONResponse({"document_id": document_id, "status": target["status"], "erased": True,
                              "withdrawn": bool(target.get("withdrawn"))})
     refuse_removal(runtime, target)
+    return queue_removal(runtime, caller, target)
+
+
+def queue_removal(runtime: Runtime, caller: Caller, target: dict[str, Any]) -> DocumentAccepted:
+    """The removal job of `target`, queued (one per target and current version: a repeated DELETE answers it)."""
     require_serving(runtime)
+    document_id = target["document_id"]
     body = {"text": "", "probes": [], "method": target["method"], "weighting": "uniform", "removes": document_id,
             "owner": caller.owner, "namespace": namespace_of(target)}
     return accept(runtime, body, json.dumps(["remove", caller.owner, document_id, runtime.versions.current()]),
                   lambda exc: ApiError(409, "already_removing", "a removal of this document is already queued"))
-
-
-def past_commit(runtime: Runtime, record: dict[str, Any]) -> dict[str, Any]:
-    """`record` once a version it is being committed to is written: a commit takes a manifest and a database
-    write, so the owner's DELETE waits for it rather than being sent away. Still `committing` after COMMIT_WAIT_S
-    (its worker died mid-commit: a new attempt resumes it), or while COMMIT_WAITERS others wait (each holds one of
-    the API's threads), as it is."""
-    if not (record["status"] in PENDING and record.get("committing")) or not COMMIT_WAITERS.acquire(blocking=False):
-        return record
-    try:
-        deadline = time.monotonic() + COMMIT_WAIT_S
-        while record["status"] in PENDING and record.get("committing") and time.monotonic() < deadline:
-            time.sleep(0.05)
-            record = runtime.documents.get(record["document_id"])
-        return record
-    finally:
-        COMMIT_WAITERS.release()
 
 
 @router.get("/documents/{document_id}")

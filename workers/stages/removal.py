@@ -7,21 +7,41 @@ from __future__ import annotations
 from typing import Any
 
 from core import erasure
-from core.lifecycle import Status
+from core.lifecycle import PENDING, Status
 from core.namespaces import namespace_of, reach
 from core.probes import from_json
 from core.state import learned_facts, learned_manifests, resolve
+from workers import gate
 from workers.run import Run
-from workers.stages.commit import finish, reject
+from workers.stages.commit import finish, reject, withdrawn
 from workers.stages.parts import Parts
 from workers.stages.prepare import prepare
 from workers.stages.train import train
+
+
+def settle(parts: Parts, target_id: str) -> None:
+    """A removal's target whose commit was under way when its owner's DELETE came (DocumentStore.ask_to_remove),
+    ended if still pending: its worker died in the commit, since the caller holds the target's document lease.
+    Committed where the current version holds it (the commit happened, its record missed it), else withdrawn and
+    erased: its owner was told it is being removed, so no new attempt learns it again."""
+    documents, versions = parts.documents, parts.versions
+    target = documents.get(target_id)
+    if target["status"] not in PENDING:
+        return
+    if (held := versions.holding(target_id, versions.current())) is not None:
+        documents.move(target_id, Status.COMMITTED, version=held, committing=False, error=None)
+    elif target.get("withdrawing"):
+        withdrawn(parts, target_id)
 
 
 def remove(parts: Parts, parent: int, record: dict[str, Any]) -> Status:
     """Run the removal `record` asks for from version `parent`; returns the status it ends in."""
     documents, versions = parts.documents, parts.versions
     target = documents.get(record["removes"])
+    if target["status"] in (Status.REJECTED, Status.FAILED):  # withdrawn before its commit (settle): nothing to undo
+        reason = f"document {target['document_id']} was never committed ({target['status']}): it is erased"
+        documents.move(record["document_id"], Status.REJECTED, gate=gate.Decision(False, reason).to_json())
+        return Status.REJECTED
     lineage = versions.lineage(parent)
     position = next((i for i, m in enumerate(lineage) if m["version"] == target["version"]), None)
     if position is None:
