@@ -39,7 +39,6 @@ class InContext:
     text: str = ""  # their text
     replaced: tuple[str, ...] = ()  # the answers they replaced: their text may still name them ("moved from X to Y")
     nearest: str = ""  # their sentence nearest the prompt (`nearest_sentence`), said again before it
-    prompt: str = ""  # the prompt as sent
 
 
 @dataclass(frozen=True)
@@ -102,7 +101,7 @@ def with_context(serving: ServingModel, ids: list[int], version: int | None, loa
         texts += [tokens] if len(tokens) <= room else []
     return InContext(joined(ids, serving.tokenizer.bos_token_id, texts),
                      replace(choice, weights=False, route_on=prompt), documents,
-                     "\n".join(d.text for d in read), tuple(a for d in read for a in d.replaced), nearest or "", prompt)
+                     "\n".join(d.text for d in read), tuple(a for d in read for a in d.replaced), nearest or "")
 
 
 def terms(text: str) -> list[str]:
@@ -261,7 +260,8 @@ def surer(run: Run, as_context: InContext, ids: list[int], choice: Choice) -> Ge
     # The weights' answer used no knowledge (no delta is routed: the documents are not learned yet) while the context
     # holds some: only the text knows anything.
     if as_context.documents and not by_weights.used or context_wins(
-            by_context, by_weights, as_context.text, as_context.replaced, as_context.nearest, as_context.prompt):
+            by_context, by_weights, as_context.text, as_context.replaced, as_context.nearest,
+            as_context.choice.route_on or ""):
         winner, other = by_context, by_weights
         winner.context, winner.answered_as = as_context.documents, "context"
     else:
