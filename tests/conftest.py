@@ -24,7 +24,6 @@ MODEL_CACHE = Path(os.environ.get("CKL_TEST_MODEL_CACHE", ROOT / ".cache" / "mod
 LAMA_ENV = "CKL_TEST_LAMA_DIR"
 LAMA_BESIDE = ROOT.parent / "shared" / "data" / "lama_ckl"
 LAMA_FILES = ("variant_dev.jsonl", "invariant_descriptive.jsonl", "invariant_schematic.jsonl")
-_lama_skipped: list[str] = []
 
 
 def in_ci() -> bool:
@@ -51,14 +50,16 @@ def lama_dir() -> Path:
     if in_ci():
         pytest.fail(f"{reason}; CI=true, where the data must be there (../shared/data/lama_ckl beside the clone)",
                     pytrace=False)
-    _lama_skipped.append(reason)
     pytest.skip(reason)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    """Say it when tests skipped for want of the LAMA-ckl data (a plain `pytest -q` lists no skip reasons)."""
-    if _lama_skipped:
-        terminalreporter.write_line(f"skipped the tests that read LAMA-ckl: {_lama_skipped[0]}", yellow=True)
+    """Say it when tests skipped for want of the LAMA-ckl data (a plain `pytest -q` lists no skip reasons). Read
+    from the skip reports: under pytest-xdist the skips happen in the workers, the summary in this process."""
+    reasons = [str(r.longrepr[-1]) for r in terminalreporter.stats.get("skipped", [])
+               if isinstance(r.longrepr, tuple) and "no LAMA-ckl data" in str(r.longrepr[-1])]
+    if reasons:
+        terminalreporter.write_line(f"skipped the tests that read LAMA-ckl: {reasons[0]}", yellow=True)
 
 
 @pytest.fixture(scope="session")

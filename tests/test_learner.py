@@ -226,6 +226,7 @@ def test_the_embedded_learner_learns_on_the_served_weights_and_leaves_them_as_th
     assert torch.equal(served.run(0, lambda m: m(ids).logits), before)
 
 
+@pytest.mark.every_core
 def test_a_thread_that_sets_its_threads_and_priority_leaves_the_others_theirs():
     """The embedded learner's thread computes on CKL_EMBEDDED_LEARNER_THREADS threads at idle priority
     (workers/job.py); the decoder's and every other thread keep PyTorch's count and the normal priority."""
@@ -255,6 +256,7 @@ def test_a_thread_that_sets_its_threads_and_priority_leaves_the_others_theirs():
     assert (torch.get_num_threads(), os.sched_getscheduler(0)) == before
 
 
+@pytest.mark.every_core
 def test_after_a_quiet_spell_a_step_runs_on_every_core_in_a_thread_that_ends(tmp_path, monkeypatch):
     """The embedded learner computes on its one thread while the API decodes or did within QUIET_S, and its steps
     and probe checks on PyTorch's count, in threads that end with them, after that: no team of threads stays beside

@@ -159,6 +159,7 @@ def test_a_preview_holds_the_decoding_lock_one_window_at_a_time(tiny, tmp_path):
     assert windows > 1 and holds == [0] * windows
 
 
+@pytest.mark.every_core
 def test_a_preview_computes_on_one_thread_and_leaves_the_others_theirs(tiny):
     """A preview's thread computes on one OpenMP thread: a second team of threads beside the decoder's, even idle,
     slowed every decoding step after it (docs/decisions.md: "A preview computes on one thread")."""
