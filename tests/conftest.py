@@ -170,13 +170,15 @@ def redis_server_binary() -> str:
     try:
         return find_redis_server()
     except RuntimeError as exc:
-        pytest.fail(f"{exc}, or set CKL_TEST_REDIS_URL")
+        pytest.fail(f"{exc}, or set CKL_TEST_REDIS_URL (a run on one worker)")
 
 
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory) -> Iterator[str]:
-    """CKL_TEST_REDIS_URL when CI started one, else a redis-server started here for the session."""
-    if url := os.environ.get("CKL_TEST_REDIS_URL"):
+    """CKL_TEST_REDIS_URL where one test process runs the suite, else a redis-server started here for the session:
+    each pytest-xdist worker has its own, since Redis's channels (the version announcements) are not per database
+    and two tests may name one queue."""
+    if (url := os.environ.get("CKL_TEST_REDIS_URL")) and not os.environ.get("PYTEST_XDIST_WORKER"):
         yield url
         return
     binary = redis_server_binary()
@@ -195,10 +197,28 @@ def postgres_url() -> str:
     """CKL_TEST_POSTGRES_URL: a live PostgreSQL (CI starts Debian's). Without one the PostgreSQL tests are skipped
     here, and fail in CI."""
     if url := os.environ.get("CKL_TEST_POSTGRES_URL"):
-        return url
+        return own_database(url)
     if in_ci():
         pytest.fail("CI runs the store's tests on PostgreSQL: set CKL_TEST_POSTGRES_URL")
     pytest.skip("no PostgreSQL (CKL_TEST_POSTGRES_URL)")
+
+
+def own_database(url: str) -> str:
+    """Under pytest-xdist, a database of this worker's own on that server (`<name>_<worker>`, made anew): the tests
+    drop the project's tables, which would be the other worker's too."""
+    if not (worker := os.environ.get("PYTEST_XDIST_WORKER")):
+        return url
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    given = make_url(url)
+    name = f"{given.database}_{worker}"
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    engine.dispose()
+    return given.set(database=name).render_as_string(hide_password=False)
 
 
 @pytest.fixture(scope="session")
