@@ -1,7 +1,7 @@
 """`ckl bench step-time`: one training step of a paragraph-sized batch (a 100-token window, 16 probes of 20 tokens,
 2 replayed rows) on the served model, computed as one batch padded to the longest example and as passes of similar
-length (core/training.py: by_length), and those passes in bfloat16 autocast (CKL_TRAINING_AUTOCAST); the median of 5
-steps each, after one to warm up."""
+length (core/batching.py: by_length), and those passes in bfloat16 autocast (CKL_TRAINING_AUTOCAST) or with the
+softmax over the step's words only (core/vocabulary.py); the median of 5 steps each, after one to warm up."""
 from __future__ import annotations
 
 import argparse
@@ -32,12 +32,15 @@ def main(argv: list[str]) -> None:
     optimizer, params = method.optimizer(), method.parameters()
     for param in params:
         param.requires_grad_(True)
-    similar = method.losses
-    for name, losses, autocast in (("one padded batch", method._padded_losses, "off"),
-                                   ("passes of similar length", similar, "off"),
-                                   ("passes of similar length, bfloat16 autocast", similar, "bfloat16")):
+    similar, words = method.losses, method.step_vocabulary([*own, *replay], 8)
+    for name, losses, autocast, vocabulary in (
+            ("one padded batch", method._padded_losses, "off", None),
+            ("passes of similar length", similar, "off", None),
+            ("passes of similar length, bfloat16 autocast", similar, "bfloat16", None),
+            (f"passes of similar length, a softmax over {len(words)} words", similar, "off", words)):
         method.losses = losses
         method.settings.training.autocast = autocast
+        method.vocabulary = vocabulary
         seconds = []
         for _ in range(args.steps + 1):
             started = time.perf_counter()

@@ -76,13 +76,18 @@ NLL_CHUNK = 128
 
 def next_token_nll(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: torch.Tensor,
                    cols: torch.Tensor, targets: torch.Tensor, chunk: int = NLL_CHUNK,
-                   once: int = NLL_ONCE) -> torch.Tensor:
+                   once: int = NLL_ONCE, vocabulary: torch.Tensor | None = None) -> torch.Tensor:
     """The next-token loss at positions (rows[i], cols[i]) against targets[i], as logits_at and cross-entropy
     would give it. Past `once` positions the logits are made `chunk` at a time and made again for the backward
     pass: memory no longer grows with the positions trained (a vocabulary of 262k makes a step of 2,000 positions
-    6 GB), and a short document's step (most) pays no second pass over the LM head."""
+    6 GB), and a short document's step (most) pays no second pass over the LM head.
+    `vocabulary` (sorted token ids holding every target; core/vocabulary.py): the softmax over those words only."""
     decoder, head, softcap = decoder_and_head(model)
     hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state[rows, cols]
+    if vocabulary is not None:
+        words, bias = head.weight[vocabulary], head.bias[vocabulary] if head.bias is not None else None
+        head = lambda states: nn.functional.linear(states, words, bias)  # noqa: E731
+        targets = torch.searchsorted(vocabulary, targets)
 
     def nll(states: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
         logits = head(states)

@@ -46,6 +46,12 @@ class TrainingSettings(BaseSettings):
         "Gradients clipped at this norm (0: off); a new fact's first gradients blow plain SGD up unclipped "
         "(docs/decisions.md: Gradient clipping at norm 1)."))
     window_tokens: int = Field(256, gt=8, description="The tokens of one training window of a document.")
+    vocabulary_top_k: int = Field(256, ge=0, description=(
+        "A training step's softmax runs over the targets, the model's this many first words at each trained "
+        "position when the document's training begins, and each target's nearest output rows (core/vocabulary.py; "
+        "docs/decisions.md: A step's softmax over the words that compete); 0: over the whole vocabulary."))
+    vocabulary_neighbours: int = Field(64, gt=0, description=(
+        "The output rows nearest each target (the largest dot product) that its step's softmax also runs over."))
     autocast: Literal["off", "bfloat16"] = Field("off", description=(
         "Training steps' forward and backward passes in bfloat16 autocast (the weights, the delta and what the gate "
         "scores stay float32); slower in the learner on this CPU "

@@ -20,10 +20,12 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from core.batching import by_length, most_at_risk, step_batches
 from core.heap import give_back
-from core.scoring import next_token_nll, pad_batch
+from core.scoring import decoder_and_head, next_token_nll, pad_batch
 from core.served import LoadDelta
 from core.settings import Settings
+from core.vocabulary import step_vocabulary
 
 Progress = Callable[[int, int], None]
 
@@ -71,71 +73,6 @@ def sequence_nll(nll: torch.Tensor, weights: torch.Tensor, rows: torch.Tensor,
     return torch.where(used, num / den.clamp_min(torch.finfo(den.dtype).tiny), 0.0), used
 
 
-def take(examples: list[Example], at: int, size: int, max_tokens: int | None = None) -> tuple[list[Example], int]:
-    """Up to `size` examples and `max_tokens` tokens (at least one) from position `at`, wrapping around, never one
-    twice; and the position after them."""
-    batch, tokens = [], 0
-    while len(batch) < min(size, len(examples)):
-        example = examples[at % len(examples)]
-        if batch and max_tokens is not None and tokens + len(example.input_ids) > max_tokens:
-            break
-        batch.append(example)
-        tokens += len(example.input_ids)
-        at += 1
-    return batch, at
-
-
-def batches(examples: list[Example], size: int, steps: int, max_tokens: int | None = None) -> list[list[Example]]:
-    """`steps` batches of up to `size` examples and `max_tokens` tokens (at least one example), taken in order,
-    wrapping around: a batch never holds an example twice."""
-    made, at = [], 0
-    for _ in range(steps):
-        batch, at = take(examples, at, size, max_tokens)
-        made.append(batch)
-    return made
-
-
-def step_batches(examples: list[Example], pinned: list[Example], size: int, steps: int,
-                 max_tokens: int) -> list[list[Example]]:
-    """Each step's batch: the pinned examples, then the others in turn in what is left of `size` and `max_tokens`.
-    Pinned examples that would leave no room (an article's many facts, each also asked as a question) come round in
-    turn too, in three quarters of the step's tokens: a step costs its tokens, however many facts a document states.
-    Short pinned examples cost little beside a window: a step computes examples of unlike lengths apart
-    (UpdateMethod.losses)."""
-    rest = [e for e in examples if e not in pinned]
-    pinned_tokens = sum(len(e.input_ids) for e in pinned)
-    room_tokens = max_tokens * 3 // 4
-    if pinned_tokens > room_tokens:
-        kept = batches(list(pinned), len(pinned), steps, room_tokens)
-    else:
-        kept = [list(pinned)] * steps
-    made, at = [], 0
-    for step in kept:
-        batch, at = take(rest, at, max(1, size - len(step)), max(1, max_tokens - sum(len(e.input_ids) for e in step)))
-        made.append(step + batch)
-    return made
-
-
-PADDING_SHARE = 2.0  # a group's longest example at most this many times its shortest
-
-
-def by_length(lengths: list[int]) -> list[list[int]]:
-    """The examples' indices in groups of similar length, shortest first: a new group where an example is more than
-    PADDING_SHARE times the group's shortest."""
-    groups: list[list[int]] = []
-    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
-        if groups and lengths[i] <= PADDING_SHARE * lengths[groups[-1][0]]:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-    return groups
-
-
-def most_at_risk(losses: list[float], n: int) -> list[int]:
-    """The `n` replayed rows to train next: those with the highest loss, the first of equal ones."""
-    return sorted(range(len(losses)), key=lambda i: (-losses[i], i))[:n]
-
-
 def make_optimizer(name: str, params: list[nn.Parameter], lr: float) -> torch.optim.Optimizer:
     if name == "adamw":
         return torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
@@ -155,6 +92,7 @@ class UpdateMethod(ABC):
         self.settings = settings
         self.config = self.own_settings(settings)
         self.device = next(model.parameters()).device
+        self.vocabulary: torch.Tensor | None = None  # while a document trains: its steps' words (step_vocabulary)
 
     def own_settings(self, settings: Settings) -> Any:
         """The method's own settings (CKL_<NAME>_*): a registered method's come through the registry."""
@@ -234,7 +172,21 @@ class UpdateMethod(ABC):
     def _padded_losses(self, batch: list[Example]) -> tuple[torch.Tensor, torch.Tensor]:
         ids, mask = pad_batch([e.input_ids for e in batch], self.tokenizer.pad_token_id or 0, self.device)
         rows, cols, targets, weights = weighted_positions(batch, self.device)
-        return sequence_nll(next_token_nll(self.model, ids, mask, rows, cols, targets), weights, rows, len(batch))
+        nll = next_token_nll(self.model, ids, mask, rows, cols, targets, vocabulary=self.vocabulary)
+        return sequence_nll(nll, weights, rows, len(batch))
+
+    def step_vocabulary(self, examples: list[Example], batch_size: int) -> torch.Tensor | None:
+        """The words the steps on `examples` take their softmax over (core/vocabulary.py); None: every word, also
+        where the output layer computes more than its weight's rows (an adapter on it, a hook that adds to it)."""
+        config, head = self.settings.training, decoder_and_head(self.model)[1]
+        plain = isinstance(head, nn.Linear) and not head._forward_hooks and not head._forward_pre_hooks
+        if not config.vocabulary_top_k or not plain:
+            return None
+        ordered = sorted({id(e): e for e in examples}.values(), key=lambda e: len(e.input_ids))
+        passes = ((*pad_batch([e.input_ids for e in part], self.tokenizer.pad_token_id or 0, self.device),
+                   *weighted_positions(part, self.device)[:3])
+                  for part in (ordered[i:i + batch_size] for i in range(0, len(ordered), batch_size)))
+        return step_vocabulary(self.model, passes, config.vocabulary_top_k, config.vocabulary_neighbours)
 
     @torch.no_grad()
     def measured_losses(self, examples: list[Example], batch_size: int) -> list[float]:
@@ -306,13 +258,13 @@ class UpdateMethod(ABC):
         A document gets a fresh optimizer (moments from another document say nothing about this one);
         a caller that trains over several calls (the benchmark's epochs) passes its own.
         """
-        started = time.perf_counter()
+        started = step_started = time.perf_counter()
         optimizer, params = optimizer or self.optimizer(), self._trainable()
+        self.vocabulary = compute(lambda: self.step_vocabulary([*examples, *pinned, *replay], batch_size))
         report = TrainReport(steps=0, stopped_early=False)
         passed_at: int | None = None
         steps = budget + self.extra_steps
         replay_losses: list[float] = []
-        step_started = time.perf_counter()
         config = self.settings.training
         for step, own in enumerate(step_batches(examples, pinned, batch_size, steps, config.max_step_tokens)):
             if step:  # after the last step's work, its probe check included: a rest, outside the deadline
@@ -339,6 +291,6 @@ class UpdateMethod(ABC):
                 passed_at = None  # the extra steps undid what they were to strengthen: train on, within the budget
             if (passed_at is not None and not self.extra_steps) or (passed_at is None and step + 1 >= budget):
                 break  # passed and no extra steps, or out of budget (the extra steps are for a document that passed)
-        report.stopped_early = passed_at is not None
+        report.stopped_early, self.vocabulary = passed_at is not None, None
         report.seconds = time.perf_counter() - started
         return report

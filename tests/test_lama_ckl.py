@@ -215,7 +215,8 @@ def test_phi_kept_counts_the_tokens_a_cut_keeps_and_the_answers_among_them():
 
 def test_replay_puts_its_windows_after_each_batch_in_turn_across_epochs():
     from bench.lama_ckl import replay
-    from core.training import Example, batches
+    from core.batching import batches
+    from core.training import Example
 
     docs = [Example([1, 10 + i], [0.0, 1.0]) for i in range(5)]
     pool = replay.examples([[1, 100 + i, 200 + i] for i in range(3)])

@@ -8,12 +8,13 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from core import routing
+from core.batching import batches, by_length, most_at_risk, step_batches
 from core.namespaces import SHARED
 from core.routing.candidate import Candidate
 from core.routing.table import Table, Taught
 from core.scoring import Probe, encode_probe
 from core.settings import Settings
-from core.training import Example, batches, by_length, most_at_risk, step_batches
+from core.training import Example
 from methods.routed import storage
 from methods.routed.layer import RoutedLora
 from methods.routed.serving import Deltas, lora_shape
@@ -174,7 +175,7 @@ def test_a_long_document_trains_its_probes_in_every_step_and_stops_at_the_deadli
     method.activate(("long",))
     ids = tiny.tokenizer(text)["input_ids"]
     probe = Example(ids, [0.0] * (len(ids) - 1) + [1.0])
-    windows = [Example((ids[n:] * 10)[:40], [1.0] * 40) for n in range(5)]  # 40 tokens each
+    windows = [Example((ids * 10)[n:n + 40], [1.0] * 40) for n in range(5)]  # 40 tokens each
     seen: list[list[int]] = []
     original = method.losses
     method.losses = lambda batch: (seen.append([len(e.input_ids) for e in batch]), original(batch))[1]

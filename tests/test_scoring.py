@@ -57,10 +57,13 @@ def test_logits_at_equals_full_forward(tiny):
     torch.testing.assert_close(picked, full[rows, cols])
 
 
-def test_the_chunked_loss_equals_the_loss_of_the_whole_logits_and_so_do_its_gradients(tiny):
-    ids, mask = pad_batch([[2, 5, 6, 7, 9], [2, 8, 4]], 0, torch.device("cpu"))
-    rows, cols, targets = torch.tensor([0, 0, 0, 1, 1]), torch.tensor([0, 1, 3, 0, 1]), torch.tensor([5, 6, 9, 8, 4])
-    params = list(tiny.model.parameters())
+IDS, MASK = pad_batch([[2, 5, 6, 7, 9], [2, 8, 4]], 0, torch.device("cpu"))
+ROWS, COLS, TARGETS = torch.tensor([0, 0, 0, 1, 1]), torch.tensor([0, 1, 3, 0, 1]), torch.tensor([5, 6, 9, 8, 4])
+
+
+def same_loss_and_gradients(model, got, expected) -> None:
+    """`got()` and `expected()` give the same losses, and the same gradients of their sum."""
+    params = list(model.parameters())
 
     def loss_and_grads(loss_fn):
         for p in params:
@@ -72,14 +75,34 @@ def test_the_chunked_loss_equals_the_loss_of_the_whole_logits_and_so_do_its_grad
             for p in params:
                 p.requires_grad_(False)
         return loss.detach(), [g for g in grads if g is not None]
-    whole = lambda: torch.nn.functional.cross_entropy(logits_at(tiny.model, ids, mask, rows, cols).float(), targets,
-                                                      reduction="none")
-    chunked = lambda: next_token_nll(tiny.model, ids, mask, rows, cols, targets, chunk=2, once=2)  # three chunks
-    (expected, expected_grads), (got, got_grads) = loss_and_grads(whole), loss_and_grads(chunked)
-    torch.testing.assert_close(got, expected)
-    assert len(got_grads) == len(expected_grads) > 0
-    for a, b in zip(got_grads, expected_grads, strict=True):
+    (want, want_grads), (have, have_grads) = loss_and_grads(expected), loss_and_grads(got)
+    torch.testing.assert_close(have, want)
+    assert len(have_grads) == len(want_grads) > 0
+    for a, b in zip(have_grads, want_grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_the_chunked_loss_equals_the_loss_of_the_whole_logits_and_so_do_its_gradients(tiny):
+    whole = lambda: torch.nn.functional.cross_entropy(logits_at(tiny.model, IDS, MASK, ROWS, COLS).float(), TARGETS,
+                                                      reduction="none")
+    chunked = lambda: next_token_nll(tiny.model, IDS, MASK, ROWS, COLS, TARGETS, chunk=2, once=2)  # three chunks
+    same_loss_and_gradients(tiny.model, chunked, whole)
+
+
+def test_the_loss_over_some_words_is_the_cross_entropy_of_their_logits_alone_and_so_are_its_gradients(tiny):
+    words = torch.tensor([3, 4, 5, 6, 8, 9, 11])  # sorted, every target among them (core/vocabulary.py)
+
+    def by_hand():
+        logits = logits_at(tiny.model, IDS, MASK, ROWS, COLS)[:, words]
+        return torch.nn.functional.cross_entropy(logits.float(), torch.searchsorted(words, TARGETS), reduction="none")
+    for chunked in ({}, {"chunk": 2, "once": 2}):
+        over_words = lambda: next_token_nll(tiny.model, IDS, MASK, ROWS, COLS, TARGETS, vocabulary=words,  # noqa: E731
+                                            **chunked)
+        same_loss_and_gradients(tiny.model, over_words, by_hand)
+    full = next_token_nll(tiny.model, IDS, MASK, ROWS, COLS, TARGETS)
+    every = next_token_nll(tiny.model, IDS, MASK, ROWS, COLS, TARGETS, vocabulary=torch.arange(len(tiny.tokenizer)))
+    torch.testing.assert_close(every, full)
+    assert bool((next_token_nll(tiny.model, IDS, MASK, ROWS, COLS, TARGETS, vocabulary=words) < full).all())
 
 
 def test_weighted_nll_by_hand():
