@@ -169,9 +169,13 @@ class UpdateMethod(ABC):
         inverse[order] = torch.arange(len(order), device=self.device)
         return torch.cat([p for p, _ in parts])[inverse], torch.cat([u for _, u in parts])[inverse]
 
-    def _padded_losses(self, batch: list[Example]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _encoded(self, batch: list[Example]) -> tuple[torch.Tensor, ...]:
+        """The batch padded (ids, mask), and its weighted positions (rows, cols, targets, weights)."""
         ids, mask = pad_batch([e.input_ids for e in batch], self.tokenizer.pad_token_id or 0, self.device)
-        rows, cols, targets, weights = weighted_positions(batch, self.device)
+        return (ids, mask, *weighted_positions(batch, self.device))
+
+    def _padded_losses(self, batch: list[Example]) -> tuple[torch.Tensor, torch.Tensor]:
+        ids, mask, rows, cols, targets, weights = self._encoded(batch)
         nll = next_token_nll(self.model, ids, mask, rows, cols, targets, vocabulary=self.vocabulary)
         return sequence_nll(nll, weights, rows, len(batch))
 
@@ -183,9 +187,7 @@ class UpdateMethod(ABC):
         if not config.vocabulary_top_k or not plain:
             return None
         ordered = sorted({id(e): e for e in examples}.values(), key=lambda e: len(e.input_ids))
-        passes = ((*pad_batch([e.input_ids for e in part], self.tokenizer.pad_token_id or 0, self.device),
-                   *weighted_positions(part, self.device)[:3])
-                  for part in (ordered[i:i + batch_size] for i in range(0, len(ordered), batch_size)))
+        passes = (self._encoded(ordered[i:i + batch_size])[:5] for i in range(0, len(ordered), batch_size))
         return step_vocabulary(self.model, passes, config.vocabulary_top_k, config.vocabulary_neighbours)
 
     @torch.no_grad()
