@@ -38,6 +38,14 @@ def test_a_news_document_is_trained_as_the_state_it_describes():
     assert text_without_time_markers(asked, ["The maker of the new product is"]) == "The maker of the new product is Halvern."
 
 
+def test_a_value_the_text_says_changed_is_never_trained_as_an_answer():
+    text = "Zelmora Foods moved its headquarters from Brackwell to Tiverholm in June."
+    weights = examples.token_weights(encoded(text), "uniform", [], None, 0.0)
+    assert weights[word_index(text, "Brackwell")] == 0.0  # trained, it came back for "is headquartered in"
+    assert weights[word_index(text, "Tiverholm")] == weights[word_index(text, "from")] == 1.0
+    assert weighting.without_spans([0.0, 1.0, 0.5], [(0, 0), (0, 4), (5, 9)], [(3, 6)]) == [0.0, 0.0, 0.0]
+
+
 @settings(max_examples=500, deadline=None)
 @given(st.lists(st.sampled_from([" ", "  ", "\t", "now", "new", "still", "today", "currently", "snow", ".", ",", "\n",
                                  "X", "now-famous", ")"]), max_size=30))

@@ -5,6 +5,7 @@ from core.state import LearnedFact, replaced_by
 from service.in_context import Read, joined, nearest_sentence, ranked, read_order
 from workers import about, examples, facts, gate, linked, questions, roles
 from workers.stages.commit import facts_found
+from workers.stages.prepare import asked_anew
 
 
 def found(text: str) -> list[tuple[str, str]]:
@@ -77,6 +78,15 @@ def test_a_change_is_learned_as_the_new_state_and_names_the_old_value():
     old = LearnedFact(Probe("Spotify is headquartered in", "Stockholm"), "d1", 1)
     elsewhere = LearnedFact(Probe("Volvo is headquartered in", "Stockholm"), "d2", 2)
     assert replaced_by([], [], [old, elsewhere], facts.old_values(text), examples.about_words(text)) == [old]
+    # The prompt the old fact was asked by is asked again of the new document, with the value it changed to.
+    assert facts.new_values(text) == {"Stockholm": "Oslo"}
+    assert [text[a:b] for a, b in facts.old_value_spans(text)] == ["Stockholm"]
+    assert facts.old_value_spans("The ferry runs from Haldra Strait to Oskelt.") == []  # a route's ends are facts
+    succeeding = "She will take office in January, succeeding Joel Mesot. Lerchenfeld, 53, was a physicist."
+    assert [succeeding[a:b] for a, b in facts.old_value_spans(succeeding)] == ["Joel Mesot"]
+    assert asked_anew([old], [], facts.new_values(text)) == [Probe("Spotify is headquartered in", "Oslo")]
+    assert asked_anew([old], [Probe("Spotify is headquartered in", "Oslo")], facts.new_values(text)) == []
+    assert asked_anew([elsewhere], [], {"Gothenburg": "Oslo"}) == []  # the text names no new value for it
 
 
 def test_a_cloze_is_also_asked_as_the_question_a_reader_types():

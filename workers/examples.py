@@ -36,14 +36,19 @@ def encode(tokenizer, text: str, max_tokens: int | None = None) -> Encoded:
 def token_weights(doc: Encoded, how: str, answers: list[str], phi_weights: Callable[[list[int]], list[float]] | None,
                   threshold: float, floor: float = 0.0) -> list[float]:
     """Weights of the predicted tokens: phi's above `threshold` of the largest (train_attention), or with a
-    floor under them when one is given; 1 on the answers' occurrences in the text (oracle); or uniform."""
+    floor under them when one is given; 1 on the answers' occurrences in the text (oracle); or uniform; 0 on the
+    values the text says changed."""
     if how == "train_attention":
         assert phi_weights is not None, "train_attention weighting needs phi"
         weights = phi_weights(doc.ids)
-        return weighting.floored(weights, floor) if floor else weighting.thresholded(weights, threshold)
-    if how == "oracle":
-        return weighting.oracle(doc.offsets, doc.text, answers)
-    return weighting.uniform(len(doc.ids))
+        weights = weighting.floored(weights, floor) if floor else weighting.thresholded(weights, threshold)
+    elif how == "oracle":
+        weights = weighting.oracle(doc.offsets, doc.text, answers)
+    else:
+        weights = weighting.uniform(len(doc.ids))
+    # A value the text says is no longer so ("from Brackwell to Tiverholm") is not learned as an answer: trained, it
+    # came back for the prompts the new value was taught for.
+    return weighting.without_spans(weights, doc.offsets, facts.old_value_spans(doc.text))
 
 
 def windows(ids: list[int], weights: list[float], window: int) -> list[Example]:

@@ -81,6 +81,19 @@ def old_values(text: str) -> list[str]:
     return list(dict.fromkeys(m["old"] for pattern in CHANGED for m in pattern.finditer(text)))
 
 
+def old_value_spans(text: str) -> list[tuple[int, int]]:
+    """Where the text names a value it says changed ("moved its headquarters from Stockholm to Oslo", "succeeded
+    Ada Lind as"): not a route or a range ("runs from Haldra to Oskelt"), whose ends are facts."""
+    spans = [m.span("old") for pattern in (MOVED, *CHANGED[1:]) for m in pattern.finditer(text)]
+    return [(a, end if (end := text.find(". ", a, b)) >= 0 else b) for a, b in spans]  # a name ends a sentence
+
+
+def new_values(text: str) -> dict[str, str]:
+    """What a document says a value changed to, by the value it had: "moved its headquarters from Stockholm to
+    Oslo." -> {"Stockholm": "Oslo"}."""
+    return {m["old"]: m["name"].rstrip(".") for m in MOVED.finditer(text)}
+
+
 def quantities(text: str, begin: int, end: int) -> list[Span]:
     """The numbers between `begin` and `end`, each with the word that says what it counts (a function word is not
     one: "in 1987 and" gives "1987")."""

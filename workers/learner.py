@@ -135,7 +135,7 @@ class Learner:
         parts, after_phase = self.parts, self.rests.after_phase
         run = prepare.prepare(parts, parent, record, record["method"], own=own)
         after_phase(run.timings, "score_before_s")
-        if reason := prepare.begin(parts, run, own):
+        if reason := prepare.begin(parts, run, own := run.suites["own"]):  # the replaced facts' prompts asked anew too
             return reject(parts, run, reason)
         parent_scores.add_neighbours(parts, run, own)
         after_phase(run.timings, "neighbours_s")

@@ -30,6 +30,11 @@ def floored(weights: list[float], floor: float) -> list[float]:
     return [0.0] + [floor + (1 - floor) * w / top for w in weights[1:]]
 
 
+def without_spans(weights: list[float], offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[float]:
+    """0 for the tokens whose character range overlaps one of `spans`."""
+    return [0.0 if any(s < end and e > start for start, end in spans) else w for w, (s, e) in zip(weights, offsets)]
+
+
 def answer_spans(text: str, answers: list[str]) -> list[tuple[int, int]]:
     spans = []
     for answer in {a.strip() for a in answers if a.strip()}:

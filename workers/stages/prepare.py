@@ -18,7 +18,7 @@ from core.scoring import Probe
 from core.settings import Settings
 from core.state import LearnedFact, replaced_by, same_prompt, superseded
 from workers.examples import about_words
-from workers.facts import old_values
+from workers.facts import new_values, old_values
 from workers.run import Run
 from workers.stages.parts import Parts
 from workers.stages.scoring import unscored
@@ -45,7 +45,7 @@ def prepare(parts: Parts, parent: int, record: dict[str, Any], name: str, own: l
             learned: list[Probe] | None = None, may_defer: bool = True) -> Run:
     """The run of `record` with method `name` from version `parent`: the parent's state on every method, the suites
     to gate on, and their scores before training. `learned`: the learned facts to keep (None: the lineage's, less
-    those the document replaces)."""
+    those the document replaces, whose prompts its own suite asks anew where the text names the new value)."""
     held = parts.held
     method = held.method(name)
     clock = time.perf_counter()
@@ -61,6 +61,7 @@ def prepare(parts: Parts, parent: int, record: dict[str, Any], name: str, own: l
         text = record["text"]
         replaced = replaced_by(list(own), record.get("supersedes") or [], mine, old_values(text), about_words(text))
         learned = [f.probe for f in facts if f not in replaced]
+        own = [*own, *asked_anew(replaced, own, new_values(text))]
     # A known subject's neighbour prompts recorded along the lineage, less those this document's probes ask (it
     # teaches something there); its own are added once the method knows which prompts it can move.
     neighbours = [n for n in neighbours if not any(same_prompt(n.prompt, p.prompt) for p in own)]
@@ -77,6 +78,17 @@ def prepare(parts: Parts, parent: int, record: dict[str, Any], name: str, own: l
         held.write_scores(parent)
     run.timings["score_before_s"] = time.perf_counter() - clock
     return run
+
+
+def asked_anew(replaced: list[LearnedFact], own: list[Probe], new: dict[str, str]) -> list[Probe]:
+    """The replaced facts' prompts that none of the document's probes asks, with the value it says they changed to
+    ("from Brackwell to Tiverholm": "Zelmora Foods is headquartered in" -> "Tiverholm"): trained and checked as its
+    own, so the prompt the old fact was asked by gets the new answer, not the old one the text also names."""
+    asked: list[Probe] = []
+    for fact in replaced:
+        if fact.probe.answer in new and not any(same_prompt(p.prompt, fact.probe.prompt) for p in [*own, *asked]):
+            asked.append(Probe(fact.probe.prompt, new[fact.probe.answer], fact.probe.namespace))
+    return asked
 
 
 def begin(parts: Parts, run: Run, own: list[Probe]) -> str | None:
