@@ -25,9 +25,9 @@ class RoutedSettings(BaseSettings):
     resident: int = Field(512, ge=0, description=(
         "Documents whose tensors stay in memory, the least recently routed to read again when needed (0: all)."))
     optimizer: Literal["adamw"] = Field("adamw", description="A fresh optimizer per document's delta.")
-    learning_rate: float = Field(3e-3, gt=0, description=(
-        "The learning rate: a paragraph's probes pass in fewer steps than at 1e-3, and more of them; at 1e-2 fewer "
-        "(docs/decisions.md: The routed delta's learning rate)."))
+    learning_rate: float = Field(1e-3, gt=0, description=(
+        "The learning rate: at 3e-3 a paragraph is served a fifth to a third sooner, and short documents' paraphrases "
+        "are lost (docs/decisions.md: The routed delta's learning rate)."))
     extra_steps: int = Field(4, ge=0, description=(
         "Steps trained after the document's probes first pass, so paraphrases and the answer's later tokens hold "
         "too (0: stop as soon as they pass)."))
