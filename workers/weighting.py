@@ -30,9 +30,14 @@ def floored(weights: list[float], floor: float) -> list[float]:
     return [0.0] + [floor + (1 - floor) * w / top for w in weights[1:]]
 
 
+def overlapping(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[bool]:
+    """Whether each token's character range overlaps one of `spans`."""
+    return [any(s < end and e > start for start, end in spans) for s, e in offsets]
+
+
 def without_spans(weights: list[float], offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[float]:
     """0 for the tokens whose character range overlaps one of `spans`."""
-    return [0.0 if any(s < end and e > start for start, end in spans) else w for w, (s, e) in zip(weights, offsets)]
+    return [0.0 if hit else w for w, hit in zip(weights, overlapping(offsets, spans))]
 
 
 def answer_spans(text: str, answers: list[str]) -> list[tuple[int, int]]:
@@ -48,9 +53,8 @@ def answer_spans(text: str, answers: list[str]) -> list[tuple[int, int]]:
 def oracle(offsets: list[tuple[int, int]], text: str, answers: list[str]) -> list[float]:
     """1.0 for tokens whose character range overlaps an occurrence of an answer in `text` (offsets from
     the tokenizer), 0 elsewhere."""
-    spans = answer_spans(text, answers)
-    weights = [1.0 if any(s < span_end and e > span_start for span_start, span_end in spans) and e > s else 0.0
-               for s, e in offsets]
+    hits = overlapping(offsets, answer_spans(text, answers))
+    weights = [1.0 if hit and e > s else 0.0 for hit, (s, e) in zip(hits, offsets)]
     if weights:
         weights[0] = 0.0
     return weights
