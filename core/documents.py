@@ -74,8 +74,20 @@ def not_withdrawing(record: dict[str, Any]) -> bool:
 
 def owe(connection: Connection, document_id: str, removed_in: int | None) -> None:
     """The document's erasure owed, in the transaction of `connection` (core/erasure.py)."""
-    connection.execute(delete(erasures_owed).where(erasures_owed.c.document_id == document_id))
+    no_longer_owed(connection, document_id)
     connection.execute(insert(erasures_owed).values(document_id=document_id, removed_in=removed_in))
+
+
+def no_longer_owed(connection: Connection, document_id: str) -> None:
+    connection.execute(delete(erasures_owed).where(erasures_owed.c.document_id == document_id))
+
+
+def last_seq(connection: Connection) -> int:
+    return connection.scalar(select(func.max(table.c.seq))) or 0
+
+
+def store_record(connection: Connection, record: dict[str, Any]) -> None:
+    connection.execute(update(table).where(table.c.document_id == record["document_id"]).values(**columns(record)))
 
 
 class DocumentStore:
@@ -102,7 +114,7 @@ class DocumentStore:
             known = set(connection.scalars(select(table.c.document_id)))
             records = sorted((r for p in (self.root / "documents").glob("*.json") if (r := read_json(p))),
                              key=lambda r: r["created_at"])
-            seq = self._last_seq(connection)
+            seq = last_seq(connection)
             for record in records:
                 if record["document_id"] not in known:
                     seq += 1
@@ -113,10 +125,6 @@ class DocumentStore:
                     connection.execute(insert(idempotency).values(key_hash=path.stem, **entry))
         for folder in ("documents", "idempotency"):
             shutil.rmtree(self.root / folder, ignore_errors=True)
-
-    @staticmethod
-    def _last_seq(connection: Connection) -> int:
-        return connection.scalar(select(func.max(table.c.seq))) or 0
 
     def create(self, body: dict[str, Any], idempotency_key: str | None) -> tuple[dict[str, Any], bool]:
         """Store a new document; with a known key, return the earlier one (and False for 'not new')."""
@@ -132,7 +140,7 @@ class DocumentStore:
             record = {"document_id": uuid.uuid4().hex[:16], **body, "status": Status.QUEUED.value, "attempts": 0,
                       "progress": {"step": 0, "steps": 0}, "created_at": now, "updated_at": now, "job_id": None,
                       "version": None, "gate": None, "scores": None, "error": None, "timings": {}}
-            connection.execute(insert(table).values(seq=self._last_seq(connection) + 1, **columns(record)))
+            connection.execute(insert(table).values(seq=last_seq(connection) + 1, **columns(record)))
             if hashed is not None:
                 connection.execute(insert(idempotency).values(key_hash=hashed, document_id=record["document_id"],
                                                               body_sha256=digest))
@@ -144,7 +152,7 @@ class DocumentStore:
         with self._writing() as connection:
             record = rewrite(self._read(connection, document_id, lock=True))
             record.update(document_id=document_id, updated_at=time.time())
-            self._store(connection, record)
+            store_record(connection, record)
             return record
 
     def forget_idempotency(self, document_id: str) -> None:
@@ -180,10 +188,6 @@ class DocumentStore:
         if found is None:
             raise UnknownDocument(document_id)
         return json.loads(found)
-
-    @staticmethod
-    def _store(connection: Connection, record: dict[str, Any]) -> None:
-        connection.execute(update(table).where(table.c.document_id == record["document_id"]).values(**columns(record)))
 
     def update(self, document_id: str, **fields: Any) -> dict[str, Any]:
         """Write fields other than the status (that changes only through `move`)."""
@@ -227,6 +231,13 @@ class DocumentStore:
         return self._write_if(document_id, lambda record: record["status"] in PENDING,
                               lambda record: {"withdrawing": True}, owed=True)
 
+    def take_back_removal(self, document_id: str) -> dict[str, Any] | None:
+        """`ask_to_remove` undone where its removal could not be queued (503): the mark and the erasure owed dropped
+        in one write while the document is pending, so its commit ends as if no DELETE had come. None where it is
+        final since (its worker withdrew it: erased, as its owner asked)."""
+        return self._write_if(document_id, lambda record: record["status"] in PENDING and record.get("withdrawing"),
+                              lambda record: {"withdrawing": False}, owed=False)
+
     def to_gate(self, document_id: str) -> dict[str, Any] | None:
         """A worker takes its trained candidate to the gate (evaluating), in one write; None where its owner asked
         to withdraw it meanwhile (`ask_to_withdraw`), and nothing is written: one of the two comes first, whole."""
@@ -242,9 +253,10 @@ class DocumentStore:
 
     def _write_if(self, document_id: str, when: Callable[[dict[str, Any]], bool],
                   fields: Callable[[dict[str, Any]], dict[str, Any]],
-                  status: Status | None = None, owed: bool = False) -> dict[str, Any] | None:
-        """One write of `fields(record)` (and `status`, and the erasure owed), if `when(record)`: both read under the
-        lock, so another writer's move comes before or after this one, whole. None: not written."""
+                  status: Status | None = None, owed: bool | None = None) -> dict[str, Any] | None:
+        """One write of `fields(record)` (and `status`, and the erasure owed, or no longer: `owed`), if
+        `when(record)`: both read under the lock, so another writer's move comes before or after this one, whole.
+        None: not written."""
         with self._writing() as connection:
             record = self._read(connection, document_id, lock=True)
             if not when(record):
@@ -253,9 +265,11 @@ class DocumentStore:
             if status is not None:  # checked under the lock, against the status stored
                 changed = {**changed, "status": transition(record["status"], status).value}
             record.update(changed, updated_at=time.time())
-            self._store(connection, record)
+            store_record(connection, record)
             if owed:
                 owe(connection, document_id, None)
+            elif owed is False:
+                no_longer_owed(connection, document_id)
             return record
 
     def owe_erasure(self, document_id: str, removed_in: int | None) -> None:
@@ -265,7 +279,7 @@ class DocumentStore:
 
     def erasure_finished(self, document_id: str) -> None:
         with self._writing() as connection:
-            connection.execute(delete(erasures_owed).where(erasures_owed.c.document_id == document_id))
+            no_longer_owed(connection, document_id)
 
     def erasures_owed(self, document_id: str | None = None) -> list[tuple[str, int | None]]:
         """(document id, removal's version) of each erasure owed and not finished (of `document_id`'s alone)."""

@@ -202,23 +202,26 @@ def test_an_erasure_reaches_orphaned_folders_and_is_not_stopped_by_a_cut_manifes
     assert {f.kind for f in fsck.check(tmp_path)} == {fsck.ORPHAN}  # what the crash left, and nothing else
 
 
-def test_a_failed_document_a_version_holds_is_not_erased_while_served(tmp_path):
-    """A record marked failed whose version was committed (an attempt that failed after its commit, made here by
-    hand: the learner now commits such a record instead): DELETE refuses to erase what is served."""
+def test_a_failed_document_a_version_holds_is_removed_and_erased(tmp_path):
+    """A record marked failed whose version was committed and is served (an attempt that failed after its commit,
+    written here in place of the record: the learner now commits such a record instead): DELETE removes it as it
+    removes a committed one, and erases it; a DELETE again answers the erasure."""
     settings = tiny_settings(tmp_path, methods={"routed": {"learning_rate": 3e-2}})
     documents = DocumentStore(tmp_path)
     with tiny_client(settings) as client:
         record = wait_final(client, client.post("/documents", json=SECRET).json()["document_id"])
         assert record["status"] == "committed"
-        failed, _ = documents.create({"text": "the capital of veltoria is marnhold"}, None)
-        documents.move(failed["document_id"], Status.TRAINING, attempts=3)
-        documents.move(failed["document_id"], Status.FAILED, error="failed after its commit")
-        versions = client.learner.versions
-        versions.rewrite_manifest(1, {**versions.manifest(1), "documents": [record["document_id"],
-                                                                             failed["document_id"]]})
-        refused = client.delete(f"/documents/{failed['document_id']}")
-        assert refused.status_code == 409 and refused.json()["error"]["code"] == "held_by_version", refused.json()
-        assert "erased" not in documents.get(failed["document_id"])
+        documents.replace(record["document_id"], lambda r: {**r, "status": Status.FAILED.value,
+                                                             "error": "failed after its commit"})
+        accepted = client.delete(f"/documents/{record['document_id']}")
+        assert accepted.status_code == 202, accepted.json()
+        removal = wait_final(client, accepted.json()["document_id"])
+        assert removal["status"] == "committed" and removal["removes"] == record["document_id"], removal
+        erased = documents.get(record["document_id"])
+        assert erased["erased"] and erased["removed_in_version"] == removal["version"], erased
+        assert leftovers(tmp_path, {k: v for k, v in SECRET.items() if k != "idempotency_key"}) == []
+        again = client.delete(f"/documents/{record['document_id']}")
+        assert again.status_code == 200 and again.json()["erased"], again.json()
 
 
 KILLED_MID_ERASURE = """

@@ -1,6 +1,6 @@
 """The job queue down (RQ pointed at a port where no Redis listens, a real refusal): POST and DELETE /documents
 answer 503 and store nothing (no record, no idempotency key), a retry with the same key is not answered 202 for a
-job that does not exist, and a removal that could not be queued leaves its target as it was."""
+job that does not exist, and a removal that could not be queued leaves its target as it was (one in its commit too)."""
 from __future__ import annotations
 
 import socket
@@ -42,6 +42,31 @@ def test_documents_are_refused_with_503_while_the_queue_is_down(tmp_path):
         target = client.get(f"/documents/{taught}").json()
         assert target["status"] == "committed" and not target.get("removed_in_version")
         assert client.get("/versions").json()["current"] == 1
+
+
+def test_a_removal_that_cannot_be_queued_leaves_a_document_in_its_commit_as_it_was(tmp_path):
+    """A document whose version holds it while its record is behind (the state a worker's death inside its commit
+    leaves, written here by hand): its owner's DELETE, answered 503, marks nothing and owes no erasure."""
+    from core.documents import DocumentStore
+    from core.lifecycle import Status
+
+    fast = {"routed": {"learning_rate": 3e-2}}
+    learner = Learner(tiny_settings(tmp_path, methods=fast), loaded=tiny_loaded())
+    taught = submit(learner, {**FACT, "method": "routed"})
+    assert learner.learn(taught) == "committed"
+    documents = DocumentStore(tmp_path)
+    behind, _ = documents.create({**FACT, "text": FACT["text"] + " too", "method": "routed", "owner": None}, None)
+    documents.move(behind["document_id"], Status.TRAINING, attempts=1)
+    documents.move(behind["document_id"], Status.EVALUATING, committing=True)
+    versions = learner.versions
+    versions.rewrite_manifest(1, {**versions.manifest(1), "documents": [taught, behind["document_id"]]})
+    settings = tiny_settings(tmp_path, methods=fast, redis_url=f"redis://127.0.0.1:{unused_port()}/0")
+    with tiny_client(settings) as client:
+        removal = client.delete(f"/documents/{behind['document_id']}")
+        assert removal.status_code == 503 and removal.json()["error"]["code"] == "queue_unavailable", removal.json()
+    record = documents.get(behind["document_id"])
+    assert record["status"] == "evaluating" and not record.get("withdrawing"), record
+    assert documents.erasures_owed(behind["document_id"]) == []
 
 
 @pytest.mark.redis

@@ -125,7 +125,7 @@ def delete_document(document_id: str, runtime: RuntimeDep,
                     caller: TeachCaller) -> DocumentAccepted:
     """Take one document's contribution out (a removable method): a removal job makes a new, gated version. A
     document no version holds (rejected or failed, or queued and not started yet: withdrawn) is erased at once
-    (200); one a worker is training or gating is withdrawn by that worker before its gate or its commit (202,
+    (200), and a failed one a version holds is removed; one a worker is training or gating is withdrawn by that worker before its gate or its commit (202,
     `withdrawing`); one being committed (the gate accepted it, its version is being written), or whose worker died
     in its commit, is marked withdrawn and its removal queued at once (202), which first waits out or ends that
     commit (workers/stages/removal.py: settle)."""
@@ -143,15 +143,25 @@ def delete_document(document_id: str, runtime: RuntimeDep,
     if target["status"] in PENDING and not target.get("removes"):
         # Committing, or a version holds it and its record is behind: the removal ends its commit first.
         if registry.get(target["method"]).removable and runtime.documents.ask_to_remove(document_id):
-            return queue_removal(runtime, caller, target)
+            try:
+                return queue_removal(runtime, caller, target)
+            except ApiError as exc:  # not queued: the DELETE did not happen, so neither does the mark
+                if exc.status == 503:
+                    runtime.documents.take_back_removal(document_id)
+                raise
         target = runtime.documents.get(document_id)  # final since, or a method whose documents stay
         if target["status"] in PENDING:
             raise ApiError(409, "being_learned", f"a worker is learning this document now ({target['status']}): "
                                                  "DELETE it again once it is final", headers={"Retry-After": "10"})
     if target["status"] in (Status.REJECTED, Status.FAILED) and not target.get("removes"):
-        if target["status"] == Status.FAILED and (held := runtime.versions.holding(document_id, current)):
-            raise ApiError(409, "held_by_version", f"version {held} holds this document though its attempt failed: "
-                                                   "it is served, so it is not erased at once; roll back to a "
+        if target["status"] == Status.FAILED and not target.get("erased") and \
+                (held := runtime.versions.holding(document_id, current)):
+            # Served though its attempt failed (marked so before the learner committed such a record): removed as
+            # a committed one is, since its erasure is owed either way.
+            if registry.get(target["method"]).removable:
+                return queue_removal(runtime, caller, target)
+            raise ApiError(409, "held_by_version", f"version {held} holds this document though its attempt failed, "
+                                                   "and its method cannot remove one document: roll back to a "
                                                    "version before it")
         # Erased already: a repeated DELETE writes and scans nothing again, unless a crash cut the erasure short.
         if not target.get("erased") or runtime.documents.erasures_owed(document_id):

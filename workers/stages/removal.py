@@ -38,14 +38,17 @@ def remove(parts: Parts, parent: int, record: dict[str, Any]) -> Status:
     """Run the removal `record` asks for from version `parent`; returns the status it ends in."""
     documents, versions = parts.documents, parts.versions
     target = documents.get(record["removes"])
-    if target["status"] in (Status.REJECTED, Status.FAILED):  # withdrawn before its commit (settle): nothing to undo
+    # A failed target a version holds was served though its record says otherwise: it is removed like a committed one.
+    version = target["version"] if target["status"] == Status.COMMITTED else \
+        versions.holding(target["document_id"], parent)
+    if version is None:  # withdrawn before its commit (settle), or failed before one: nothing to undo
         reason = f"document {target['document_id']} was never committed ({target['status']}): it is erased"
         documents.move(record["document_id"], Status.REJECTED, gate=gate.Decision(False, reason).to_json())
         return Status.REJECTED
     lineage = versions.lineage(parent)
-    position = next((i for i, m in enumerate(lineage) if m["version"] == target["version"]), None)
+    position = next((i for i, m in enumerate(lineage) if m["version"] == version), None)
     if position is None:
-        raise ValueError(f"version {target['version']} of document {target['document_id']} is not in the "
+        raise ValueError(f"version {version} of document {target['document_id']} is not in the "
                          f"lineage of the current version {parent}")
     name = lineage[position]["method"]
     counted = learned_manifests(versions, parent)
