@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -236,6 +236,16 @@ class UpdateMethod(ABC):
             p.requires_grad_(True)
         return params
 
+    @contextlib.contextmanager
+    def restricted_to(self, vocabulary: torch.Tensor | None) -> Iterator[None]:
+        """Steps take their softmax over `vocabulary` (`step_vocabulary`) inside, over every word after, even where
+        a step raised."""
+        self.vocabulary = vocabulary
+        try:
+            yield
+        finally:
+            self.vocabulary = None
+
     def train(self, examples: list[Example], budget: int, probes_pass: Callable[[], bool] = lambda: False,
               progress: Progress = lambda step, steps: None, optimizer: torch.optim.Optimizer | None = None,
               batch_size: int = 8, replay: list[Example] = (), pinned: list[Example] = (),
@@ -262,37 +272,37 @@ class UpdateMethod(ABC):
         """
         started = step_started = time.perf_counter()
         optimizer, params = optimizer or self.optimizer(), self._trainable()
-        self.vocabulary = compute(lambda: self.step_vocabulary([*examples, *pinned, *replay], batch_size))
         report = TrainReport(steps=0, stopped_early=False)
         passed_at: int | None = None
         steps = budget + self.extra_steps
         replay_losses: list[float] = []
         config = self.settings.training
-        for step, own in enumerate(step_batches(examples, pinned, batch_size, steps, config.max_step_tokens)):
-            if step:  # after the last step's work, its probe check included: a rest, outside the deadline
-                rested = rest_after_step(time.perf_counter() - step_started)
-                report.rested_s += rested
-                deadline = deadline + rested if deadline is not None else None
-                step_started = time.perf_counter()
-            if deadline is not None and time.perf_counter() > deadline:
-                report.timed_out = True
-                break
-            if replay and step % config.check_every == 0:  # what the delta pulls away changes as it grows
-                replay_losses = compute(lambda: self.measured_losses(replay, batch_size))
-            report.steps = step + 1
-            report.losses.append(compute(lambda: self._step(own, replay, replay_losses, optimizer, params)))
-            progress(step + 1, steps)
-            if stop():
-                report.stopped = True
-                break
-            if passed_at is None and (step + 1) % config.check_every == 0 and compute(probes_pass):
-                passed_at = step + 1
-            elif passed_at is not None and step + 1 >= passed_at + self.extra_steps:
-                if compute(probes_pass):
+        with self.restricted_to(compute(lambda: self.step_vocabulary([*examples, *pinned, *replay], batch_size))):
+            for step, own in enumerate(step_batches(examples, pinned, batch_size, steps, config.max_step_tokens)):
+                if step:  # after the last step's work, its probe check included: a rest, outside the deadline
+                    rested = rest_after_step(time.perf_counter() - step_started)
+                    report.rested_s += rested
+                    deadline = deadline + rested if deadline is not None else None
+                    step_started = time.perf_counter()
+                if deadline is not None and time.perf_counter() > deadline:
+                    report.timed_out = True
                     break
-                passed_at = None  # the extra steps undid what they were to strengthen: train on, within the budget
-            if (passed_at is not None and not self.extra_steps) or (passed_at is None and step + 1 >= budget):
-                break  # passed and no extra steps, or out of budget (the extra steps are for a document that passed)
-        report.stopped_early, self.vocabulary = passed_at is not None, None
+                if replay and step % config.check_every == 0:  # what the delta pulls away changes as it grows
+                    replay_losses = compute(lambda: self.measured_losses(replay, batch_size))
+                report.steps = step + 1
+                report.losses.append(compute(lambda: self._step(own, replay, replay_losses, optimizer, params)))
+                progress(step + 1, steps)
+                if stop():
+                    report.stopped = True
+                    break
+                if passed_at is None and (step + 1) % config.check_every == 0 and compute(probes_pass):
+                    passed_at = step + 1
+                elif passed_at is not None and step + 1 >= passed_at + self.extra_steps:
+                    if compute(probes_pass):
+                        break
+                    passed_at = None  # the extra steps undid what they were to strengthen: train on, within the budget
+                if (passed_at is not None and not self.extra_steps) or (passed_at is None and step + 1 >= budget):
+                    break  # passed and no extra steps, or out of budget (extra steps: for a document that passed)
+            report.stopped_early = passed_at is not None
         report.seconds = time.perf_counter() - started
         return report

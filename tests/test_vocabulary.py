@@ -1,6 +1,7 @@
 """A training step's softmax over the words that compete (core/vocabulary.py), on the tiny model: the words are the
 targets, the model's first ones and the targets' nearest rows, and a document's training uses them and lets them go
 after (the loss over them: tests/test_scoring.py)."""
+import pytest
 import torch
 
 from core.scoring import logits_at
@@ -46,3 +47,18 @@ def test_a_documents_steps_run_over_its_words_and_let_them_go_after(tiny):
         assert method.seen and all((words is not None) == expect_words for words in method.seen)
         assert all(ids[-1] in words.tolist() for words in method.seen if words is not None)
         assert method.vocabulary is None
+
+
+def test_a_training_that_raises_lets_its_words_go(tiny):
+    ids = tiny.tokenizer("the capital of veltoria is marnhold")["input_ids"]
+    method = Recording(tiny.model, tiny.tokenizer, Settings(training={"vocabulary_top_k": 2}))
+    method.begin("new", "the capital of veltoria is marnhold", [])
+    method.activate(("new",))
+
+    def stopped(step: int, steps: int) -> None:
+        raise RuntimeError("the worker stopped")
+
+    with pytest.raises(RuntimeError):
+        method.train([Example(ids, [0.0] * (len(ids) - 1) + [1.0])], 2, lambda: False, progress=stopped)
+    assert method.seen and method.seen[-1] is not None  # the step ran over the document's words
+    assert method.vocabulary is None
