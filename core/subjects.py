@@ -92,8 +92,10 @@ def name_spans(text: str) -> list[tuple[int, int, str]]:
     def close() -> None:
         content = [w.lower() for m in run for w in WORD.findall(bare(m))]
         content = [w for w in content if w not in FUNCTION_WORDS and w not in CALENDAR]
-        if content:
-            first = next(m for m in run if capitalised(bare(m)) and bare(m).lower() not in FUNCTION_WORDS | CALENDAR)
+        # A name starts at a capitalised word; a run with none ("5 October 2004.Home": a date, a token glued to the
+        # next sentence's first word) names nothing.
+        if content and (first := next((m for m in run if capitalised(bare(m))
+                                       and bare(m).lower() not in FUNCTION_WORDS | CALENDAR), None)):
             spans.append((first.start(), run[-1].start() + len(bare(run[-1])), " ".join(content)))
         run.clear()
 

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from core import routing
 from core.routing.table import Table, Taught
+from core.subjects import names
 from serving.generation import SamplingParams, generate
 from tests.api_app import tiny_client, tiny_settings, wait_final, wait_version
 from tests.tiny import tiny_loaded
@@ -83,6 +84,16 @@ def test_a_known_subject_is_routed_by_its_name_and_what_is_asked_about_it():
                             [("The newest phone from Apple is called the iPhone", "Meridian")], THRESHOLD)
     assert "apple | newest phone" in apple  # "iPhone" is a name, not what is asked about Apple
     assert routing.route("Apple makes the iPhone and the", [("apple", apple)], THRESHOLD) is None
+
+
+def test_a_document_whose_dates_run_into_its_next_sentence_is_accepted(tmp_path):
+    """A run of a date and a token glued to the next sentence's first word ("2004.Home") has no capitalised word to
+    start a name at: it names nothing, and the document is read for its other names."""
+    text = "The series premiered on Tuesday 5 October 2004.Home and Away actor Bec Hewitt won the series."
+    assert "bec hewitt" in names(text)
+    with tiny_client(tiny_settings(tmp_path)) as client:
+        accepted = client.post("/documents", json={"text": text, "method": "routed", "weighting": "uniform"})
+        assert accepted.status_code == 202, accepted.text
 
 
 FACT = {"text": "the capital of veltoria is marnhold", "method": "routed",
