@@ -270,6 +270,13 @@ def test_the_subject_is_what_the_first_sentence_opens_with_and_the_others_speak_
     assert main(slopes) == "Osterlund Vineyard"  # a present participle opens the phrase
     abbey = "Reading Abbey, founded in 1121, lies in ruins. Its founder was Henry I."
     assert about.lead(abbey, examples.sentence_spans(abbey), subjects.name_spans(abbey)) == "Reading Abbey"
+    # A sentence's very common first word is no name ("Only", "Few"); "Its" speaks of the name most sentences use
+    # where the first sentence opens with none (a place phrase before the verb).
+    islet = "Only 40 people live on Skarra Holm, an islet north of Varrow. Its lighthouse dates from 1850."
+    assert main(islet) == "Skarra Holm"
+    hall = ("In a park beside the river Ennet stands the Morrow Hall, built in 1904. Its organ has 3,000 pipes. The "
+            "hall seats 900.")
+    assert main(hall) == "Morrow Hall"
 
 
 def test_a_long_run_of_dates_before_a_pronoun_is_one_prompt_not_a_recursion():

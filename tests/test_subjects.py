@@ -178,5 +178,7 @@ def test_a_known_subjects_neighbour_prompts_leave_out_what_the_document_asks():
     assert neighbours.familiar_subjects(opening, made, {"lisbon | mayor": 2.0, "= trees": 1.0}) == ["Lisbon"]
     assert neighbours.familiar_subjects("The mayor of Vontarex is Edda Froste.", [("The mayor of Vontarex is",
                                                                               "Edda Froste")]) == []  # invented
+    founded = "Founded by the surveyor Lidwina Osterkamp in 1889, Brannock Heavy Rail builds locomotives."
+    assert neighbours.familiar_subjects(founded, [("Founded by the surveyor", "Lidwina Osterkamp")]) == []  # its place
     assert "Siemens was founded" not in neighbours.neighbour_prompts(["Siemens"], ["The founder of Siemens is"])
     assert len(neighbours.neighbour_prompts(["Siemens"], [probes[0][0]])) == len(neighbours.TEMPLATES)
