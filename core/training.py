@@ -86,6 +86,9 @@ class UpdateMethod(ABC):
     question_contexts = False  # and on each probe asked as a question (workers/questions.py: as_question)
     extra_steps = 0  # steps trained after the probes first pass
     weight_floor = 0.0  # phi's weights: 0 cuts the small ones (CKL_TRAINING_WEIGHT_THRESHOLD); > 0 floors them
+    # Whether the method's layer adds to the output layer's product (a forward hook on it): its steps then take
+    # their softmax over every word, since a softmax over a few reads only the weight's rows (step_vocabulary).
+    changes_output_layer = False
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: Settings) -> None:
         self.tokenizer = tokenizer
@@ -181,10 +184,10 @@ class UpdateMethod(ABC):
 
     def step_vocabulary(self, examples: list[Example], batch_size: int) -> torch.Tensor | None:
         """The words the steps on `examples` take their softmax over (core/vocabulary.py); None: every word, also
-        where the output layer computes more than its weight's rows (an adapter on it, a hook that adds to it)."""
+        where the output layer computes more than its weight's rows (an adapter wrapped around it, or the method's
+        own layer adding to it: `changes_output_layer`)."""
         config, head = self.settings.training, decoder_and_head(self.model)[1]
-        plain = isinstance(head, nn.Linear) and not head._forward_hooks and not head._forward_pre_hooks
-        if not config.vocabulary_top_k or not plain:
+        if not config.vocabulary_top_k or not isinstance(head, nn.Linear) or self.changes_output_layer:
             return None
         ordered = sorted({id(e): e for e in examples}.values(), key=lambda e: len(e.input_ids))
         passes = (self._encoded(ordered[i:i + batch_size])[:5] for i in range(0, len(ordered), batch_size))

@@ -10,6 +10,7 @@ from tests.extra_methods.bias.layer import DocumentBias
 
 class BiasMethod(UpdateMethod):
     name = "bias"
+    changes_output_layer = True  # its bias is added by a hook on the output layer
 
     def __init__(self, model, tokenizer, settings) -> None:
         super().__init__(model, tokenizer, settings)
