@@ -14,6 +14,8 @@ from functools import lru_cache
 
 from wordfreq import zipf_frequency
 
+from core.participles import IRREGULAR
+
 WORD = re.compile(r"[^\W\d_]+")
 NAME_TOKEN = re.compile(r"[^\W_][\w'’.-]*")
 POSSESSIVE = re.compile(r"['’]s$")
@@ -35,6 +37,8 @@ SENTENCE_END = re.compile(r"[.!?](?=\s|$)|\n")  # a sentence's end, or a line's 
 WEIGHT_ORIGIN = 5.0  # a rare word weighs WEIGHT_ORIGIN - its Zipf frequency
 STEM = 6  # the letters `stems` keeps
 FAMILIAR_RARITY = 2.0  # a name whose words weigh less than this together is one English uses: a known subject
+SENTENCE_WORD_ZIPF = 5.5  # a word this common that opens a sentence is an English word there ("Only", "Once")
+LOOK_BACK = 40  # characters looked at before a name to tell whether it opens a sentence: the pass stays linear
 
 
 def words(text: str) -> set[str]:
@@ -78,8 +82,34 @@ def familiar(name: str) -> bool:
 
 
 def names(text: str) -> list[str]:
-    """The names in a text, each as its lower-case content words joined by spaces, in order of first use."""
-    return list(dict.fromkeys(name for _, _, name in name_spans(text)))
+    """The names in a text, each as its lower-case content words joined by spaces, in order of first use; not a word
+    capitalised only because it opens a sentence ("Founded by the surveyor ...", "Only 700 people ...")."""
+    return list(dict.fromkeys(name for a, b, name in name_spans(text)
+                              if not (opens_sentence(text, a) and an_english_word(text[a:b]))))
+
+
+def a_participle(word: str) -> bool:
+    """ "Built", "Founded", "Perched": a past participle English uses (not "Boeing", nor "Ned")."""
+    word = word.lower()
+    return IRREGULAR.get(word) == word or (word.endswith("ed") and len(word) > 4 and familiar(word))
+
+
+def opens_sentence(text: str, at: int) -> bool:
+    """Whether offset `at` is where a sentence, a line or what follows a colon starts (the text's start counts): a
+    made probe that names its subject before the sentence it asks with reads "Tessendrae Physic Garden: Laid out in"."""
+    before = text[max(0, at - LOOK_BACK):at]
+    kept = before.rstrip()
+    return not kept or kept[-1] in ".!?:" or "\n" in before[len(kept):]
+
+
+def an_english_word(name: str) -> bool:
+    """Whether a name is a past participle or a very common word ("Built", "Founded", "Only", "Many"): never a name
+    where it opens a sentence. Not a word in capitals ("US"), nor one that only ends like a participle ("Boeing")."""
+    first = name.split()[0].lower()
+    if " " not in name and a_participle(first):
+        return True
+    return len(WORD.findall(name)) == 1 and not name.isupper() and first not in FUNCTION_WORDS \
+        and zipf_frequency(first, "en") >= SENTENCE_WORD_ZIPF
 
 
 def name_spans(text: str) -> list[tuple[int, int, str]]:

@@ -96,6 +96,21 @@ def test_a_document_whose_dates_run_into_its_next_sentence_is_accepted(tmp_path)
         assert accepted.status_code == 202, accepted.text
 
 
+def test_a_word_capitalised_by_its_place_is_no_subject_to_route_by():
+    """"Founded" opening a sentence is a participle, "Only" a common word: no known subject's term in the key, so a
+    prompt about another firm's founding ("Volvo was founded in the year") is not routed to the document. The same
+    word inside a sentence, and a word in capitals, are names."""
+    text = "Founded by the surveyor Lidwina Osterkamp in 1889, Brannock Heavy Rail builds freight locomotives."
+    made = [("Founded by the surveyor Lidwina Osterkamp in 1889, Brannock Heavy Rail builds freight", "locomotives")]
+    assert names(text) == ["lidwina osterkamp", "brannock heavy rail"]
+    key = routing.reading_key(text, made, THRESHOLD, probes_made=True)
+    assert not [term for term in key if term.startswith("founded |")]  # a rare word of 0.5, no subject
+    assert routing.route("Volvo was founded in the year", [("brannock", key)], THRESHOLD) is None
+    assert names("Only 700 people live on the Isle of Querrin.") == ["isle querrin"]
+    assert names("Tessendrae Physic Garden: Laid out in") == ["tessendrae physic garden"]  # a made probe, named
+    assert names("The editor of Time is new. US troops left.") == ["time", "us"]
+
+
 FACT = {"text": "the capital of veltoria is marnhold", "method": "routed",
         "probes": [{"prompt": "the capital of veltoria is", "answer": "marnhold"}]}
 

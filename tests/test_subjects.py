@@ -180,5 +180,6 @@ def test_a_known_subjects_neighbour_prompts_leave_out_what_the_document_asks():
                                                                               "Edda Froste")]) == []  # invented
     founded = "Founded by the surveyor Lidwina Osterkamp in 1889, Brannock Heavy Rail builds locomotives."
     assert neighbours.familiar_subjects(founded, [("Founded by the surveyor", "Lidwina Osterkamp")]) == []  # its place
+    assert neighbours.familiar_subjects(founded, [("Brannock Heavy Rail: Founded by the surveyor", "Lidwina")]) == []
     assert "Siemens was founded" not in neighbours.neighbour_prompts(["Siemens"], ["The founder of Siemens is"])
     assert len(neighbours.neighbour_prompts(["Siemens"], [probes[0][0]])) == len(neighbours.TEMPLATES)

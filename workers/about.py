@@ -12,10 +12,7 @@ import bisect
 import re
 from collections.abc import Sequence
 
-from wordfreq import zipf_frequency
-
 from core import subjects
-from workers.passive import IRREGULAR
 
 Span = tuple[int, int]
 # An opening date, comma or not: "Since 2015 she has toured", "In 1987, Ilse Marrow founded".
@@ -36,7 +33,6 @@ PREPOSITIONS = frozenset({"in", "by", "at", "on", "of", "with", "for", "from", "
 OPENING = re.compile(r"^(?P<first>[A-Z][a-z]+)\b(?:[^,;.]|[,.](?=\d))*?, (?:the )?")
 OPENERS = PREPOSITIONS | {"between", "near", "during", "despite", "along", "beside", "across", "within", "since"}
 COMMON = 4.0  # a word at least this frequent (Zipf) is not a person's name: "Lake", "Mount", "Foundation"
-SENTENCE_WORD_ZIPF = 5.5  # a word this common that opens a sentence is an English word there ("Only", "Once")
 FUNCTION_ZIPF = 6.0  # a word English uses more often than this (Zipf) is a function word: "the", "of", "and"
 PERSONAL_ZIPF = 2.5  # a word English uses more often than this (Zipf) is not in a person's invented name
 
@@ -97,26 +93,13 @@ def by_position(name: str) -> bool:
     "Crowds filled ..."): not what a document is about. Asked only of a sentence's first name ("United Nations"
     inside a sentence is a name)."""
     first = name.split()[0].lower()
-    if an_english_word(name):
+    if subjects.an_english_word(name):
         return True
     if first.endswith("ing") and len(first) > 5 and not any(w[:1].isupper() for w in name.split()[1:]):
         return subjects.familiar(first)  # not a name's first word: "Reading Abbey", "Sterling Bank"
     if first.endswith("ed") and len(first) > 4:  # "Published in 1958, ...", and "United Nations" too
         return subjects.familiar(first)
     return " " not in name and first.endswith("s") and subjects.familiar(first[:-1])
-
-
-def an_english_word(name: str) -> bool:
-    """Whether a name is a past participle or a very common word ("Built", "Founded", "Only 700 people live ...",
-    "Many"), never a name where it opens a sentence; not a word in capitals ("US"), nor a name that ends like a
-    participle or a plural ("Boeing", "Rangers": `by_position` asks those of a sentence's first name only)."""
-    first = name.split()[0].lower()
-    if " " not in name and IRREGULAR.get(first) == first:
-        return True
-    if " " not in name and first.endswith("ed") and len(first) > 4:
-        return subjects.familiar(first)
-    return len(subjects.WORD.findall(name)) == 1 and not name.isupper() and first not in subjects.FUNCTION_WORDS \
-        and zipf_frequency(first, "en") >= SENTENCE_WORD_ZIPF
 
 
 def refers_back(sentence: str, personal: bool) -> bool:

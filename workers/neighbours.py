@@ -12,7 +12,6 @@ from collections.abc import Iterable, Sequence
 
 from core.routing.terms import subject_of
 from core.subjects import FUNCTION_WORDS, familiar, name_spans, stems, subject_names, words
-from workers.about import an_english_word
 
 TEMPLATES = ("{} is a", "{} is known for", "{} was founded", "{} is located in", "The history of {}")
 
@@ -24,9 +23,7 @@ def familiar_subjects(text: str, probes: Sequence[tuple[str, str]], key: Iterabl
     asked = subject_names(text, [prompt for prompt, _ in probes], [answer for _, answer in probes])
     asked += [name for term in key if "|" in term and (name := subject_of(term)) not in asked]
     written = {name: text[a:b] for a, b, name in reversed(name_spans(text))}  # the first way the text writes it
-    # Not a word capitalised by its place ("Founded by the surveyor ...": no "Founded is a" to keep).
-    return [written[name] for name in asked if name in written and familiar(name)
-            and not an_english_word(written[name])]
+    return [written[name] for name in asked if name in written and familiar(name)]
 
 
 def neighbour_prompts(subjects: Sequence[str], asked: Sequence[str] = ()) -> list[str]:

@@ -8,19 +8,8 @@ from __future__ import annotations
 import re
 
 from core import subjects
+from core.participles import IRREGULAR
 
-# Past participles that do not end in -ed, by every form a sentence may use.
-IRREGULAR = {form: participle for participle, forms in {
-    "run": "run runs ran", "led": "lead leads", "built": "build builds", "made": "make makes",
-    "won": "win wins", "held": "hold holds", "bought": "buy buys", "sold": "sell sells",
-    "written": "write writes wrote", "drawn": "draw draws drew", "given": "give gives gave",
-    "found": "find finds", "kept": "keep keeps", "paid": "pay pays", "taken": "take takes took",
-    "taught": "teach teaches", "brought": "bring brings", "begun": "begin begins began",
-    "chosen": "choose chooses chose", "sung": "sing sings sang", "set": "sets", "shot": "shoot shoots",
-    "spent": "spend spends", "sent": "send sends", "met": "meet meets", "known": "know knows knew",
-    "seen": "see sees saw", "left": "leave leaves", "put": "puts", "stopped": "stop stops", "laid": "lay lays",
-    "lit": "light lights",
-}.items() for form in [participle, *forms.split()]}
 PAST = {"ran", "led", "built", "made", "won", "held", "bought", "sold", "wrote", "drew", "gave", "found", "kept",
         "paid", "took", "taught", "brought", "began", "chose", "sang", "set", "shot", "spent", "sent", "met", "knew",
         "saw", "left", "put", "stopped", "laid", "lit"}
