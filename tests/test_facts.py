@@ -305,6 +305,19 @@ def test_a_name_that_opens_a_sentence_is_also_asked_with_the_sentence_turned():
     assert ("Harrowgilt Medal's judging committee is chaired by", "Sunniva Brockhalt") in found(text)
 
 
+def test_an_opening_participle_phrase_is_asked_of_what_it_is_said_of():
+    founded = "Founded by the weaver Oskana Drelle in 1911, Marrowby Looms sells blankets."
+    assert ("Marrowby Looms was founded by the weaver", "Oskana Drelle") in found(founded)
+    assert ("Marrowby Looms was founded by the weaver Oskana Drelle in", "1911") in found(founded)
+    assert not [prompt for prompt, _ in found(founded) if prompt.startswith("Founded")]
+    perched = "Perched above the harbour of Kessock Vane, the Tullen Light is painted white."
+    assert ("The Tullen Light was perched above the harbour of", "Kessock Vane") in found(perched)
+    designed = "The Harnsey Bridge spans the Ule. Designed by the engineer Piet Vollen, it opened in 1931."
+    assert ("Harnsey Bridge was designed by the engineer", "Piet Vollen") in found(designed)
+    based = "Tam Orrick is a singer. Based in Harlow Vane, Essex, he sings folk songs."  # "Essex" is no subject
+    assert not [prompt for prompt, _ in found(based) if prompt.startswith("Essex")]
+
+
 def test_a_relation_every_reader_asks_is_linked_to_the_answer_the_model_names_first():
     answers = ["Pia Sand", "1931", "Dunmore", "Edda Rauvik"]
     assert linked.opening_answer(" the village of Dunmore, near", answers, linked.PLACE) == "Dunmore"

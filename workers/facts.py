@@ -12,7 +12,9 @@ the other way round from how the text puts them are turned:
   -> "Ilse Marrow"), which names the subject where the rest does not, and where its verb turns, by the sentence
   turned ("Tolvane Robotics was founded in 1987 by": workers/passive.py);
 - a sentence that opens with a pronoun is asked about the document's subject ("It employs" -> "Tolvane Robotics
-  employs").
+  employs");
+- a sentence that opens with a participle's phrase is asked of the name after it ("Founded by Ilse Marrow in 1987,
+  Tolvane Robotics builds drones." -> "Tolvane Robotics was founded by" -> "Ilse Marrow").
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from workers.about import (
     DATE_LEAD,
     LOWER_ASIDE,
     NAME,
+    OPENING,
     PERSONAL,
     ampersands_joined,
     by_position,
@@ -166,6 +169,28 @@ def turned(sentence: str, about: list[str]) -> list[tuple[str, str]]:
     return made
 
 
+def participle_phrase(text: str, begin: int, end: int, spans: list[tuple[int, int, str]],
+                      about: list[str]) -> tuple[int, str] | None:
+    """Where a sentence's opening participle phrase ends, and what it is said of, as a prompt asks it: "Founded by
+    the surveyor Lidwina Osterkamp in 1889, Brannock Heavy Rail builds ..." -> (the comma's offset, "Brannock Heavy
+    Rail was"), so the phrase's facts are asked as a reader asks them ("Brannock Heavy Rail was founded by the
+    surveyor" -> "Lidwina Osterkamp"), not by the phrase alone ("Founded by the surveyor"). What it is said of is the
+    name after the comma or a pronoun standing for the document's subject, followed by its verb (not "Based in Los
+    Angeles, California, he ...": a second part of the phrase)."""
+    if not (match := OPENING.match(text[begin:end])) or not subjects.a_participle(match["first"]):
+        return None
+    at = begin + match.end()
+    the = "The " if match.group().endswith("the ") else ""
+    if written := next((text[a:b] for a, b, _ in spans if a == at), None):
+        said_of = f"{the}{written}"
+    else:  # "Designed by the engineer Amalie Sturrock-Venn, it opened to traffic": the document's subject
+        written = text[at:end].split(maxsplit=1)[0] if text[at:end].strip() and not the else ""
+        said_of = about_subject(written, about) if PRONOUNS.get(written.lower()) == "" else None
+    if not said_of or not re.match(r" [a-z]", text[at + len(written):end]):
+        return None
+    return begin + text[begin:at].rindex(","), f"{said_of} was"
+
+
 def question(name: str, rest: str, main: str | None) -> str | None:
     """The question whose answer is the name a sentence opens with: "Who" for a person's name (no common word in
     it), else "What"; the rest of the sentence, without an aside after the name; the document's subject before it
@@ -215,8 +240,12 @@ def found(text: str, sentences: list[Span], spans: list[tuple[int, int, str]], w
                 made.setdefault((role_asked(*role), text[a:b]), weight(a, b))
         inside = list(its_names)
         inside += [(a, b) for a, b in quantities(text, begin, end) if not any(x <= a < y for x, y in inside)]
+        phrase_end, said_of = participle_phrase(text, begin, end, its_spans, about) or (begin, "")
         for a, b in inside:
-            said = LOWER_ASIDE.sub("", subjects.without_time_markers(text[begin:a].strip()))
+            said = text[begin:a].strip()
+            if a < phrase_end:  # "Founded by the surveyor" -> "Brannock Heavy Rail was founded by the surveyor"
+                said = f"{said_of} {said[:1].lower()}{said[1:]}"
+            said = LOWER_ASIDE.sub("", subjects.without_time_markers(said))
             if len(said.split()) >= min_prompt_words and (prompt := about_subject(said, about)):
                 made.setdefault((prompt, text[a:b].strip()), weight(a, b))
         roles = [(role_asked(role, of), name) for role, of, name in held(text[begin:end], written, called)]
