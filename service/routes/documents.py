@@ -126,9 +126,9 @@ def delete_document(document_id: str, runtime: RuntimeDep,
     """Take one document's contribution out (a removable method): a removal job makes a new, gated version. A
     document no version holds (rejected or failed, or queued and not started yet: withdrawn) is erased at once
     (200), and a failed one a version holds is removed (202); one a worker is training or gating is withdrawn by
-    that worker before its gate or its commit (202, `withdrawing`); one being committed (the gate accepted it, its version is being written), or whose worker died
-    in its commit, is marked withdrawn and its removal queued at once (202), which first waits out or ends that
-    commit (workers/stages/removal.py: settle)."""
+    that worker before its gate or its commit (202, `withdrawing`); one being committed (the gate accepted it, its
+    version is being written), or whose worker died in its commit, is marked withdrawn and its removal queued at
+    once (202), which first waits out or ends that commit (workers/stages/removal.py: settle)."""
     target = owned(runtime, document_id, caller)
     current = runtime.versions.current()
     if target["status"] == Status.QUEUED and not target.get("removes") and \
