@@ -87,8 +87,7 @@ class Learner:
     def _claimed(self, document_id: str) -> Status:
         if (record := self.documents.claim(document_id)) is None:  # final: learned, refused or withdrawn
             return Status(self.documents.get(document_id)["status"])
-        # Asked while an earlier attempt trained (it failed, or its worker died); one whose commit a version holds
-        # is committed by _from_current (its removal, queued by the DELETE, takes it out).
+        # Withdrawn while an earlier attempt trained; one a version holds is committed (its queued removal follows).
         if record.get("withdrawing") and self.versions.holding(document_id, self.versions.current()) is None:
             return withdrawn(self.parts, document_id)
         try:
@@ -131,11 +130,13 @@ class Learner:
             self.documents.move(record["document_id"], Status.TRAINING)
             return self._stages(parent, record, own, retry)
 
-    def _stages(self, parent: int, record: dict[str, Any], own: list, retry: RetryAfterRejection | None = None) -> Status:
+    def _stages(self, parent: int, record: dict[str, Any], sent: list, retry: RetryAfterRejection | None = None
+                ) -> Status:
         parts, after_phase = self.parts, self.rests.after_phase
-        run = prepare.prepare(parts, parent, record, record["method"], own=own)
+        run = prepare.prepare(parts, parent, record, record["method"], own=sent)
         after_phase(run.timings, "score_before_s")
-        if reason := prepare.begin(parts, run, own := run.suites["own"]):  # the replaced facts' prompts asked anew too
+        own = run.suites["own"]  # the probes sent or made, and the prompts of the facts they replace asked anew
+        if reason := prepare.begin(parts, run, own):
             return reject(parts, run, reason)
         parent_scores.add_neighbours(parts, run, own)
         after_phase(run.timings, "neighbours_s")
@@ -145,6 +146,5 @@ class Learner:
         after_phase(run.timings, "weigh_s")
         train(parts, run, examples, own, replay, plan=retry.plan if retry else None)
         if retry:
-            run.fields["retried"] = {"first_gate": retry.first_gate, "first_training": retry.first_training,
-                                     "plan": retry.plan.why}
+            run.fields["retried"] = retry.on_record()
         return finish(parts, run, probes=to_json(own), may_retry=retry is None)

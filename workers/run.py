@@ -45,3 +45,7 @@ class RetryAfterRejection(Exception):
     def __init__(self, plan: gate.RetryPlan, first_gate: dict[str, Any], first_training: dict[str, Any] | None) -> None:
         super().__init__(plan.why)
         self.plan, self.first_gate, self.first_training = plan, first_gate, first_training
+
+    def on_record(self) -> dict[str, Any]:
+        """What the second try's record says of the first."""
+        return {"first_gate": self.first_gate, "first_training": self.first_training, "plan": self.plan.why}
