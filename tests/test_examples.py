@@ -92,6 +92,12 @@ def test_a_document_without_names_gets_one_probe_for_its_rarest_word():
     assert examples.auto_probes(encoded("Driva is a river."), [0.5] * 5) == [("Driva is a", "river")]
 
 
+def test_a_plural_that_opens_a_sentence_is_no_answer():
+    text = "The Isle of Querrin lies off Norland. Ferries leave from Dunmallow twice a day."
+    assert examples.auto_probes(encoded(text), [0.5] * (len(text.split()) + 1)) == [
+        ("The Isle of Querrin lies off", "Norland"), ("Ferries leave from", "Dunmallow")]
+
+
 def encoded(text: str) -> examples.Encoded:
     return examples.Encoded(text, list(range(len(text.split()) + 1)), [(0, 0)] + word_offsets(text))
 

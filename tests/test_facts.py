@@ -309,7 +309,7 @@ def test_an_opening_participle_phrase_is_asked_of_what_it_is_said_of():
     founded = "Founded by the weaver Oskana Drelle in 1911, Marrowby Looms sells blankets."
     assert ("Marrowby Looms was founded by the weaver", "Oskana Drelle") in found(founded)
     assert ("Marrowby Looms was founded by the weaver Oskana Drelle in", "1911") in found(founded)
-    assert not [prompt for prompt, _ in found(founded) if prompt.startswith("Founded")]
+    assert not [prompt for prompt, answer in found(founded) if "Founded" in (prompt.split()[0], answer)]
     perched = "Perched above the harbour of Kessock Vane, the Tullen Light is painted white."
     assert ("The Tullen Light was perched above the harbour of", "Kessock Vane") in found(perched)
     designed = "The Harnsey Bridge spans the Ule. Designed by the engineer Piet Vollen, it opened in 1931."

@@ -99,7 +99,8 @@ def by_position(name: str) -> bool:
         return subjects.familiar(first)  # not a name's first word: "Reading Abbey", "Sterling Bank"
     if first.endswith("ed") and len(first) > 4:  # "Published in 1958, ...", and "United Nations" too
         return subjects.familiar(first)
-    return " " not in name and first.endswith("s") and subjects.familiar(first[:-1])
+    singular = first[:-3] + "y" if first.endswith("ies") else first[:-1]  # "Ferries leave from ..."
+    return " " not in name and first.endswith("s") and subjects.familiar(singular)
 
 
 def refers_back(sentence: str, personal: bool) -> bool:
