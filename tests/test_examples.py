@@ -118,3 +118,18 @@ def word_index(text: str, word: str) -> int:
 def test_floored_weights_keep_every_token_and_phis_order():
     assert weighting.floored([0.0, 0.2, 1.0, 0.6], 0.5) == [0.0, 0.6, 1.0, 0.8]
     assert weighting.floored([0.0, 0.0, 0.0], 0.5) == [0.0, 1.0, 1.0]  # no signal: uniform
+
+
+def test_a_clozes_answer_is_trained_to_end_where_the_text_ends_it():
+    from tests.tiny import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+    text = "The tower was founded by Marnhold. The maker of the product is Rome and Berlin."
+    probes = [("The tower was founded by", "Marnhold"), ("The maker of the product is", "Rome"),
+              ("Question: Who founded the tower?\nAnswer:", "Marnhold")]
+    plain, ended = (examples.probe_examples(tokenizer, probes, text=read) for read in (None, text))
+    stop = len(tokenizer(".")["input_ids"]) - 1  # the full stop's tokens after the BOS
+    # "Marnhold." in the text: its cloze goes on to the full stop, weighed as the answer is (the delta learns where the
+    # name ends); "Rome and" goes on, so its cloze does not; a question's answer never does.
+    assert ended[0].input_ids[:-stop] == plain[0].input_ids and ended[0].weights[-stop:] == [1.0] * stop
+    assert ended[1:] == plain[1:]

@@ -73,19 +73,31 @@ def document_examples(doc: Encoded, weights: list[float], window: int, bos_token
     return examples
 
 
-def probe_examples(tokenizer, probes: list[tuple[str, str]], questions: bool = False) -> list[Example]:
+def ended_in(text: str, answer: str) -> bool:
+    """Whether `text` ends `answer` where it says it: a mark of punctuation or the text's end right after it."""
+    return re.search(re.escape(answer) + r"(?=[.,;:!?)]|\s*$)", text) is not None
+
+
+def probe_examples(tokenizer, probes: list[tuple[str, str]], questions: bool = False,
+                   text: str | None = None) -> list[Example]:
     """Each probe as text, with weight on its answer's tokens only; a news prompt also without its time markers
     ("... is now" is asked as "... is"); with `questions`, each cloze also asked as the question a reader types and,
     where its verb names a role, by the role (workers/questions.py: "X is managed by" is also "Question: Who manages
-    X?" and "The manager of X is")."""
+    X?" and "The manager of X is"); with the document's `text`, a cloze whose answer the text ends also trains the
+    full stop after it (docs/decisions.md: "A cloze's answer ends where the text ends it")."""
     variants = [(subjects.without_time_markers(prompt), answer) for prompt, answer in probes]
     if questions:
         variants += [(asked, answer) for prompt, answer in variants for asked in
                      (as_question(prompt, answer), as_role(prompt, answer)) if asked]
     examples = []
     for prompt, answer in dict.fromkeys([*probes, *variants]):
-        doc = encode(tokenizer, join_probe(prompt, answer))
+        # The delta learns where a name stops (it ran on: "Drostmannmannmann"), not where the text goes on ("Kessler
+        # Laboratory for ..."): a made probe may have cut the name short.
+        ends = text is not None and not prompt.rstrip().endswith("Answer:") and ended_in(text, answer)
+        doc = encode(tokenizer, join_probe(prompt, answer) + ("." if ends else ""))
         weights = weighting.oracle(doc.offsets, doc.text, [answer])
+        if ends and any(weights):
+            weights = [1.0 if e == len(doc.text) and e > s else w for w, (s, e) in zip(weights, doc.offsets)]
         if any(weights):
             examples.append(Example(doc.ids, weights))
     return examples

@@ -68,16 +68,17 @@ class Weigher:
         made = examples.document_examples(doc, weights, self.settings.training.window_tokens,
                                           self.tokenizer.bos_token_id, method.sentence_contexts)
         if method.probe_contexts:
-            made += self.probe_examples(own, method.question_contexts)
+            made += self.probe_examples(own, method.question_contexts, record["text"])
         ranked = sorted(range(len(doc.ids)), key=lambda i: -weights[i])[:TOP_WEIGHTED]
         top = [{"token": self.tokenizer.decode([doc.ids[i]]), "weight": round(weights[i], 4), "position": i}
                for i in sorted(ranked) if weights[i] > 0]
         heat = [[self.tokenizer.decode([token]), round(weights[i], 3)] for i, token in enumerate(doc.ids[:HEAT_TOKENS])]
         return made, {"top_weighted_tokens": top, "token_weights": heat}
 
-    def probe_examples(self, probes: list[Probe], questions: bool = False) -> list[Example]:
-        """Each probe as text with weight on its answer only (with `questions`, also asked as a question)."""
-        return examples.probe_examples(self.tokenizer, [(p.prompt, p.answer) for p in probes], questions)
+    def probe_examples(self, probes: list[Probe], questions: bool = False, text: str | None = None) -> list[Example]:
+        """Each probe as text with weight on its answer only (with `questions`, also asked as a question; with the
+        document's `text`, a cloze's answer followed by its end where the text ends it)."""
+        return examples.probe_examples(self.tokenizer, [(p.prompt, p.answer) for p in probes], questions, text)
 
     def auto_probes(self, record: dict[str, Any]) -> list[Probe]:
         """For a document sent without probes: probes made from its text (phi's weights rank them where there is a

@@ -58,7 +58,7 @@ def train(parts: Parts, run: Run, examples: list[Example], own: list[Probe], rep
     progress(0, steps)
     faults.kill_point("training")
     clock = time.perf_counter()
-    pinned = [e for e in parts.weigher.probe_examples(own, run.method.question_contexts)
+    pinned = [e for e in parts.weigher.probe_examples(own, run.method.question_contexts, run.record["text"])
               if e in examples]  # trained in every step
     passing: list[int] = []  # how many of its probes pass, at each check
 
