@@ -164,7 +164,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
 BENCHES = {name: f"bench.{name.replace('-', '_')}" for name in (
     "generate", "serve", "dtype", "teach", "make-facts", "ta-costs", "phi-transfer", "phi-facts", "phi-heads",
     "phi-kept", "abuse", "auto-probes", "long-document", "scale", "stores", "step-time", "text-passes", "openmp-teams",
-    "reach", "reading")} | {"lama-ckl": "bench.lama_ckl.cli", "lama-orders": "bench.lama_ckl.orders",
+    "reach", "reading", "known-names")} | {"lama-ckl": "bench.lama_ckl.cli", "lama-orders": "bench.lama_ckl.orders",
                             "api-overhead": "bench.overhead"}
 
 
