@@ -64,6 +64,12 @@ def opens(text: str, sentences: list[Span], at: int) -> bool:
     return i is not None and text[sentences[i][0]:at].strip() in ("", "The")
 
 
+def by_its_place(text: str, sentences: list[Span], a: int, b: int) -> bool:
+    """Whether the name at [a, b) opens its sentence and is capitalised only there ("Founded by ...", "Ferries
+    leave ..."): neither a subject nor an answer."""
+    return opens(text, sentences, a) and by_position(text[a:b])
+
+
 def lead(text: str, sentences: list[Span], spans: list[tuple[int, int, str]]) -> str | None:
     """The name the document's first sentence opens with (after "The", an opening date, or an opening phrase: "Laid
     out in 1714 ..., the Tessendrae Physic Garden covers"), when no preposition follows it: "Nestlé has named ...",
@@ -140,8 +146,7 @@ def main_subjects(text: str, sentences: list[Span], spans: list[tuple[int, int, 
         for word in subjects.words(text[begin:end]):
             saying.setdefault(word, set()).add(i)
     used = {written: set().union(*(saying.get(w, set()) for w in telling(written)))
-            for written in dict.fromkeys(text[a:b] for a, b, _ in spans
-                                         if not (opens(text, sentences, a) and by_position(text[a:b])))}
+            for written in dict.fromkeys(text[a:b] for a, b, _ in spans if not by_its_place(text, sentences, a, b))}
     if not used:
         return []
     opener = lead(text, sentences, spans)

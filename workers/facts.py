@@ -29,6 +29,7 @@ from workers.about import (
     OPENING,
     PERSONAL,
     ampersands_joined,
+    by_its_place,
     by_position,
     by_sentence,
     described,
@@ -221,7 +222,7 @@ def found(text: str, sentences: list[Span], spans: list[tuple[int, int, str]], w
     olds = {frozenset(subjects.words(old)) for old in old_values(text)}
     names = [(a, b) for a, b, name in spans if not set(name.split()) & subject_words
              and frozenset(subjects.words(text[a:b])) not in olds  # what the document says is no longer so
-             and not (subjects.opens_sentence(text, a) and by_position(text[a:b]))]  # "Founded by ...", "Ferries"
+             and not by_its_place(text, sentences, a, b)]
     made: dict[tuple[str, str], float] = {}
     for (begin, end), its_spans, its_names in zip(sentences, by_sentence(sentences, spans),
                                                   by_sentence(sentences, names)):
