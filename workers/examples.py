@@ -75,7 +75,8 @@ def document_examples(doc: Encoded, weights: list[float], window: int, bos_token
 
 def ended_in(text: str, answer: str) -> bool:
     """Whether `text` ends `answer` where it says it: a mark of punctuation or the text's end right after it."""
-    return re.search(re.escape(answer) + r"(?=[.,;:!?)]|\s*$)", text) is not None
+    ends = [b for _, b in weighting.answer_spans(text, [answer])]  # each place the text says it, as oracle weighs it
+    return any(text[b:b + 1] in tuple(".,;:!?)") or not text[b:].strip() for b in ends)
 
 
 def probe_examples(tokenizer, probes: list[tuple[str, str]], questions: bool = False,
