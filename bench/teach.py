@@ -125,9 +125,11 @@ def teach(url: str, documents: list[dict], method: str | None, weighting: str | 
 
 def same_answer(made: dict, hidden: dict) -> bool:
     """Whether an auto-probe asks for a hidden probe's answer (its answer may start with the hidden prompt's last
-    words: "Windows Halcyon" for "...called Windows" -> "Halcyon")."""
-    return made["answer"] == hidden["answer"] or (made["answer"].endswith(hidden["answer"])
-                                                 and join_probe(hidden["prompt"], hidden["answer"]).endswith(made["answer"]))
+    words: "Windows Halcyon" for "...called Windows" -> "Halcyon"; a count may go on with what it counts: "530
+    people" for "...employs" -> "530")."""
+    answer, asked = made["answer"], hidden["answer"]
+    return answer == asked or (answer.endswith(asked) and join_probe(hidden["prompt"], asked).endswith(answer)) \
+        or (asked[:1].isdigit() and answer.startswith(asked + " "))
 
 
 def auto_probe_quality(documents: list[dict], rows: list[dict]) -> dict:
