@@ -142,9 +142,9 @@ class Learner:
         after_phase(run.timings, "neighbours_s")
         parent_scores.score_deferred(parts, run)
         after_phase(run.timings, "score_moved_s")
-        examples, replay = weigh(parts, run)
+        examples, pinned, replay = weigh(parts, run)
         after_phase(run.timings, "weigh_s")
-        train(parts, run, examples, own, replay, plan=retry.plan if retry else None)
+        train(parts, run, examples, own, replay, pinned, plan=retry.plan if retry else None)
         if retry:
             run.fields["retried"] = retry.on_record()
         return finish(parts, run, probes=to_json(own), may_retry=retry is None)

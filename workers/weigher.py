@@ -51,9 +51,11 @@ class Weigher:
             self._train_attention = TrainAttention.from_path(self.model, path)
         return self._train_attention
 
-    def examples(self, record: dict[str, Any], own: list[Probe]) -> tuple[list[Example], dict[str, Any]]:
+    def examples(self, record: dict[str, Any],
+                 own: list[Probe]) -> tuple[list[Example], list[Example], dict[str, Any]]:
         """The document's examples weighted as the record asks (all-zero weights fall back to uniform), with the
-        extra contexts its method asks for; and what the record shows of the weights: the most-weighted tokens
+        extra contexts its method asks for; its probes' examples apart (for a method that trains on them: every
+        step trains them); and what the record shows of the weights: the most-weighted tokens
         (`top_weighted_tokens`) and the first HEAT_TOKENS tokens as [text, weight] (`token_weights`, the console's
         heatmap). The text is trained as the state it describes, without its time markers."""
         doc = examples.encode(self.tokenizer, subjects.text_without_time_markers(record["text"], [p.prompt for p in own]))
@@ -67,13 +69,12 @@ class Weigher:
             weights = examples.token_weights(doc, "uniform", [], None, 0.0)
         made = examples.document_examples(doc, weights, self.settings.training.window_tokens,
                                           self.tokenizer.bos_token_id, method.sentence_contexts)
-        if method.probe_contexts:
-            made += self.probe_examples(own, method.question_contexts, record["text"])
+        probes = self.probe_examples(own, method.question_contexts, record["text"]) if method.probe_contexts else []
         ranked = sorted(range(len(doc.ids)), key=lambda i: -weights[i])[:TOP_WEIGHTED]
         top = [{"token": self.tokenizer.decode([doc.ids[i]]), "weight": round(weights[i], 4), "position": i}
                for i in sorted(ranked) if weights[i] > 0]
         heat = [[self.tokenizer.decode([token]), round(weights[i], 3)] for i, token in enumerate(doc.ids[:HEAT_TOKENS])]
-        return made, {"top_weighted_tokens": top, "token_weights": heat}
+        return made, probes, {"top_weighted_tokens": top, "token_weights": heat}
 
     def probe_examples(self, probes: list[Probe], questions: bool = False, text: str | None = None) -> list[Example]:
         """Each probe as text with weight on its answer only (with `questions`, also asked as a question; with the

@@ -35,8 +35,9 @@ def stalled(passing: list[int]) -> bool:
 
 
 def train(parts: Parts, run: Run, examples: list[Example], own: list[Probe], replay: list[Example] = (),
-          report_progress: bool = True, plan: gate.RetryPlan | None = None) -> None:
-    """Train; the training's report goes on the run (`fields["training"]`, `timings["train_s"]`)."""
+          pinned: list[Example] = (), report_progress: bool = True, plan: gate.RetryPlan | None = None) -> None:
+    """Train on `examples`, of which `pinned` (the probes') are in every step; the training's report goes on the run
+    (`fields["training"]`, `timings["train_s"]`)."""
     parts.held.forget_loaded()  # from here the methods hold a candidate, not the parent
     candidate = parts.held.candidate
     if candidate.begun is not None and candidate.begun.document_id == run.doc_id:
@@ -58,8 +59,6 @@ def train(parts: Parts, run: Run, examples: list[Example], own: list[Probe], rep
     progress(0, steps)
     faults.kill_point("training")
     clock = time.perf_counter()
-    pinned = [e for e in parts.weigher.probe_examples(own, run.method.question_contexts, run.record["text"])
-              if e in examples]  # trained in every step
     passing: list[int] = []  # how many of its probes pass, at each check
 
     def probes_pass() -> bool:

@@ -18,15 +18,16 @@ def may_move(parts: Parts, run: Run) -> set[tuple[str, str]]:
     return run.moved
 
 
-def weigh(parts: Parts, run: Run) -> tuple[list[Example], list[Example]]:
-    """The document's training examples, with its weighting's most-weighted tokens on the record, and the examples to
-    replay: a method that trains on probes also replays the learned facts and neighbour prompts its candidate can
-    move (a subject's earlier documents, a known subject's other facts), so they hold with the new delta beside the
-    others; a few rows of them train in each step beside all of the document's own."""
+def weigh(parts: Parts, run: Run) -> tuple[list[Example], list[Example], list[Example]]:
+    """The document's training examples (its text's, then its probes'), with its weighting's most-weighted tokens on
+    the record; its probes' examples, which every step trains; and the examples to replay: a method that trains on
+    probes also replays the learned facts and neighbour prompts its candidate can move (a subject's earlier
+    documents, a known subject's other facts), so they hold with the new delta beside the others; a few rows of them
+    train in each step beside all of the document's own."""
     clock = time.perf_counter()
     weigher = parts.weigher
     how = weigher.weighting(run.record.get("weighting") or parts.settings.training.weighting)
-    examples, shown = weigher.examples({**run.record, "weighting": how}, run.suites["own"])
+    examples, pinned, shown = weigher.examples({**run.record, "weighting": how}, run.suites["own"])
     replay = []
     if run.method.probe_contexts:
         moved = may_move(parts, run)
@@ -34,4 +35,4 @@ def weigh(parts: Parts, run: Run) -> tuple[list[Example], list[Example]]:
                                          if p.asked in moved])
     parts.documents.update(run.doc_id, weighting_used=how, **shown, scores={"before": run.before.summary()})
     run.timings["weigh_s"] = time.perf_counter() - clock
-    return examples, replay
+    return examples + pinned, pinned, replay
