@@ -90,11 +90,12 @@ def probe_examples(tokenizer, probes: list[tuple[str, str]], questions: bool = F
     if questions:
         variants += [(asked, answer) for prompt, answer in variants for asked in
                      (as_question(prompt, answer), as_role(prompt, answer)) if asked]
+    # The delta learns where a name stops (it ran on: "Drostmannmannmann"), not where the text goes on ("Kessler
+    # Laboratory for ..."): a made probe may have cut the name short. Each answer's places looked up once.
+    ended = {answer: ended_in(text, answer) for _, answer in probes} if text is not None else {}
     examples = []
     for prompt, answer in dict.fromkeys([*probes, *variants]):
-        # The delta learns where a name stops (it ran on: "Drostmannmannmann"), not where the text goes on ("Kessler
-        # Laboratory for ..."): a made probe may have cut the name short.
-        ends = text is not None and not prompt.rstrip().endswith("Answer:") and ended_in(text, answer)
+        ends = not prompt.rstrip().endswith("Answer:") and ended.get(answer, False)
         doc = encode(tokenizer, join_probe(prompt, answer) + ("." if ends else ""))
         weights = weighting.oracle(doc.offsets, doc.text, [answer])
         if ends and any(weights):

@@ -54,8 +54,8 @@ class Weigher:
     def examples(self, record: dict[str, Any],
                  own: list[Probe]) -> tuple[list[Example], list[Example], dict[str, Any]]:
         """The document's examples weighted as the record asks (all-zero weights fall back to uniform), with the
-        extra contexts its method asks for; its probes' examples apart (for a method that trains on them: every
-        step trains them); and what the record shows of the weights: the most-weighted tokens
+        extra contexts its method asks for and, for a method that trains on probes, its probes' (last); those of its
+        probes again, apart (every step trains them); and what the record shows of the weights: the most-weighted tokens
         (`top_weighted_tokens`) and the first HEAT_TOKENS tokens as [text, weight] (`token_weights`, the console's
         heatmap). The text is trained as the state it describes, without its time markers."""
         doc = examples.encode(self.tokenizer, subjects.text_without_time_markers(record["text"], [p.prompt for p in own]))
@@ -74,7 +74,7 @@ class Weigher:
         top = [{"token": self.tokenizer.decode([doc.ids[i]]), "weight": round(weights[i], 4), "position": i}
                for i in sorted(ranked) if weights[i] > 0]
         heat = [[self.tokenizer.decode([token]), round(weights[i], 3)] for i, token in enumerate(doc.ids[:HEAT_TOKENS])]
-        return made, probes, {"top_weighted_tokens": top, "token_weights": heat}
+        return made + probes, probes, {"top_weighted_tokens": top, "token_weights": heat}
 
     def probe_examples(self, probes: list[Probe], questions: bool = False, text: str | None = None) -> list[Example]:
         """Each probe as text with weight on its answer only (with `questions`, also asked as a question; with the

@@ -70,8 +70,8 @@ def remove(parts: Parts, parent: int, record: dict[str, Any]) -> Status:
             own = from_json(manifest["probes"])  # the probes it was committed with, made ones included
             for later_id in manifest["documents"]:
                 later_record = documents.get(later_id)
-                text, pinned, _ = parts.weigher.examples(later_record, own)
-                train(parts, Run(later_record, parent, run.method, run.suites, run.before), text + pinned, own,
+                examples, pinned, _ = parts.weigher.examples(later_record, own)
+                train(parts, Run(later_record, parent, run.method, run.suites, run.before), examples, own,
                       pinned=pinned, report_progress=False)
 
     replayed = run.method.remove(lineage[position], later, versions.load_delta, earlier.get(name), relearn)

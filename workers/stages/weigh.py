@@ -35,4 +35,4 @@ def weigh(parts: Parts, run: Run) -> tuple[list[Example], list[Example], list[Ex
                                          if p.asked in moved])
     parts.documents.update(run.doc_id, weighting_used=how, **shown, scores={"before": run.before.summary()})
     run.timings["weigh_s"] = time.perf_counter() - clock
-    return examples + pinned, pinned, replay
+    return examples, pinned, replay
